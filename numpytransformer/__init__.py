@@ -1,0 +1,1 @@
+"""numpytransformer: the Transformer in pure NumPy, with hand-written backward passes."""

@@ -1,0 +1,1 @@
+"""Data sets and generators: reversal, an embedded translation pair, Multi30K, IMDB."""
