@@ -1,1 +1,14 @@
-"""numpytransformer: the Transformer in pure NumPy, with hand-written backward passes."""
+"""numpytransformer: the Transformer of "Attention Is All You Need" in pure NumPy.
+
+Every operation is a pair of pure functions ``*_forward(...) -> (out, cache)`` and
+``*_backward(dout, cache) -> grads``, with thin modules on top; every backward pass
+is checked against finite differences (:mod:`numpytransformer.gradcheck`).
+"""
+from .config import TransformerConfig
+from .models import Transformer, TransformerClassifier, TransformerTagger
+from .optim import Adam, NoamSchedule, clip_grad_norm
+
+__version__ = "0.1.0"
+
+__all__ = ["TransformerConfig", "Transformer", "TransformerTagger", "TransformerClassifier",
+           "Adam", "NoamSchedule", "clip_grad_norm"]

@@ -1,0 +1,108 @@
+"""Scaled dot-product attention with padding and causal masks."""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+__all__ = [
+    "MASK_VALUE",
+    "attention_forward",
+    "attention_backward",
+    "softmax",
+    "padding_mask",
+    "causal_mask",
+]
+
+#: Score given to masked positions. A large *finite* negative rather than -inf: after the
+#: max is subtracted its exponential is exactly 0 in float32 and float64, and a row in
+#: which every position is masked becomes a row of equal scores, i.e. uniform weights
+#: (the mean of the values) instead of the 0/0 = NaN that -inf would give.
+MASK_VALUE = -1e9
+
+
+class AttentionCache(NamedTuple):
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    weights: np.ndarray
+    mask: Optional[np.ndarray]
+    scale: float
+
+
+def softmax(x: np.ndarray, axis: int = -1, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """Numerically stable softmax: subtracting the row max changes nothing mathematically
+    and keeps ``exp`` from overflowing. Pass ``out=x`` to work in place."""
+    out = np.subtract(x, x.max(axis=axis, keepdims=True), out=out)
+    np.exp(out, out=out)
+    out /= out.sum(axis=axis, keepdims=True)
+    return out
+
+
+def padding_mask(ids: np.ndarray, pad_id: int) -> np.ndarray:
+    """Boolean mask (B, 1, 1, S), True where a key position holds a real token.
+
+    It broadcasts over heads and query positions of the (B, H, T, S) scores.
+    """
+    return (ids != pad_id)[:, None, None, :]
+
+
+def causal_mask(T: int) -> np.ndarray:
+    """Boolean mask (1, 1, T, T), True where key position ``s <= t``: no peeking ahead."""
+    return np.tril(np.ones((T, T), dtype=bool))[None, None]
+
+
+def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Optional[np.ndarray] = None):
+    """Scaled dot-product attention.
+
+    .. math:: \\text{Attention}(Q, K, V) = \\text{softmax}\\left(\\frac{QK^T}{\\sqrt{d_k}} + M\\right) V
+
+    Parameters
+    ----------
+    q : ndarray, shape (..., T, d_k)
+    k : ndarray, shape (..., S, d_k)
+    v : ndarray, shape (..., S, d_v)
+    mask : bool ndarray broadcastable to (..., T, S), optional
+        True where query ``t`` may attend to key ``s``. Masked scores are set to
+        :data:`MASK_VALUE`; a fully masked row gives uniform weights, never NaN.
+
+    Returns
+    -------
+    out : ndarray, shape (..., T, d_v)
+    cache : AttentionCache (holds the attention weights, shape (..., T, S))
+    """
+    scale = 1.0 / np.sqrt(q.shape[-1])
+    scores = q @ k.swapaxes(-1, -2)  # (..., T, S)
+    scores *= q.dtype.type(scale)
+    if mask is not None:
+        np.copyto(scores, q.dtype.type(MASK_VALUE), where=~mask)
+    weights = softmax(scores, out=scores)
+    out = weights @ v
+    return out, AttentionCache(q, k, v, weights, mask, scale)
+
+
+def attention_backward(dout: np.ndarray, cache: AttentionCache):
+    """Gradients of attention with respect to q, k and v.
+
+    With :math:`P = \\text{softmax}(S)` and :math:`O = PV`: :math:`dV = P^T dO` and
+    :math:`dP = dO\\,V^T`; the softmax Jacobian gives
+    :math:`dS = P \\odot (dP - \\text{rowsum}(dP \\odot P))`, zero at masked positions
+    (their scores are constants); finally :math:`dQ = c\\,dS\\,K` and :math:`dK = c\\,dS^T Q`
+    with :math:`c = 1/\\sqrt{d_k}`.
+
+    Returns
+    -------
+    dq, dk, dv : ndarrays shaped like q, k, v
+    """
+    q, k, v, P, mask, scale = cache
+    dv = P.swapaxes(-1, -2) @ dout  # (..., S, d_v)
+    dP = dout @ v.swapaxes(-1, -2)  # (..., T, S)
+    dS = dP
+    dS -= np.sum(dP * P, axis=-1, keepdims=True)
+    dS *= P
+    if mask is not None:
+        np.copyto(dS, 0, where=~mask)
+    dS *= q.dtype.type(scale)
+    dq = dS @ k
+    dk = dS.swapaxes(-1, -2) @ q
+    return dq, dk, dv

@@ -1,0 +1,69 @@
+"""Where the real data sets live on disk.
+
+The data are never copied into the repository. A loader finds them, in order:
+
+1. the ``data_dir`` argument it was given;
+2. the environment variable ``NUMPYTRANSFORMER_DATA`` (see :data:`DATA_ENV`);
+3. ``<repo root>/../shared/data`` if that folder exists (the layout of the
+   development checkout).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional, Union
+
+#: Name of the environment variable that points at the data folder.
+DATA_ENV = "NUMPYTRANSFORMER_DATA"
+
+# numpytransformer/datasets/paths.py -> parents[2] is the repository root.
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+_FALLBACK_DIR = _REPO_ROOT.parent / "shared" / "data"
+
+
+def default_data_dir() -> Optional[Path]:
+    """Return the default data folder, or ``None`` when none is configured.
+
+    Returns
+    -------
+    pathlib.Path or None
+        ``$NUMPYTRANSFORMER_DATA`` if set and non-empty, else
+        ``<repo root>/../shared/data`` if it exists, else ``None``.
+    """
+    env = os.environ.get(DATA_ENV, "").strip()
+    if env:
+        return Path(env).expanduser()
+    if _FALLBACK_DIR.is_dir():
+        return _FALLBACK_DIR
+    return None
+
+
+def resolve_data_dir(data_dir: Union[str, os.PathLike, None]) -> Optional[Path]:
+    """Return ``data_dir`` as a path, or :func:`default_data_dir` when it is ``None``."""
+    if data_dir is not None:
+        return Path(data_dir).expanduser()
+    return default_data_dir()
+
+
+def missing_file_error(path: Optional[Path], what: str, source: str) -> FileNotFoundError:
+    """Build a FileNotFoundError that tells the user how to fix it.
+
+    Parameters
+    ----------
+    path : pathlib.Path or None
+        The file that was looked for; ``None`` when no data folder is configured.
+    what : str
+        A short name of the data set, e.g. ``"Multi30K"``.
+    source : str
+        Where the public data can be downloaded.
+    """
+    if path is None:
+        where = "no data folder is configured"
+    else:
+        where = f"file not found: {path}"
+    return FileNotFoundError(
+        f"{what}: {where}. Pass data_dir=... or set the environment variable "
+        f"{DATA_ENV} to the folder that holds the data (default: "
+        f"<repo root>/../shared/data). The public data is at {source}."
+    )

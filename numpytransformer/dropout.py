@@ -1,0 +1,63 @@
+"""Inverted dropout, with the mask kept for the backward pass."""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+from .module import Module
+
+__all__ = ["dropout_forward", "dropout_backward", "Dropout"]
+
+
+class DropoutCache(NamedTuple):
+    mask: Optional[np.ndarray]  # None when nothing was dropped
+
+
+def dropout_forward(x: np.ndarray, p: float, rng: Optional[np.random.Generator] = None,
+                    training: bool = True, mask: Optional[np.ndarray] = None):
+    """Zero each element with probability ``p`` and scale the survivors by ``1/(1-p)``.
+
+    .. math:: \\text{out} = x \\odot m, \\quad m_i = \\frac{[u_i \\ge p]}{1-p},\\; u_i \\sim U(0,1)
+
+    Scaling at training time ("inverted" dropout) keeps :math:`E[\\text{out}] = x`, so
+    evaluation is the identity. Pass ``mask`` to reuse a fixed mask (gradient checks).
+
+    Returns
+    -------
+    out : ndarray, same shape and dtype as ``x``
+    cache : DropoutCache
+    """
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout p must be in [0, 1), got {p}")
+    if mask is None:
+        if not training or p == 0.0:
+            return x, DropoutCache(None)
+        if rng is None:
+            raise ValueError("dropout_forward: rng is required when training with p > 0")
+        keep = rng.random(x.shape, dtype=x.dtype) >= p
+        mask = keep * x.dtype.type(1.0 / (1.0 - p))
+    return x * mask, DropoutCache(mask)
+
+
+def dropout_backward(dout: np.ndarray, cache: DropoutCache) -> np.ndarray:
+    """``out = x * m`` with ``m`` fixed, so ``dx = dout * m``."""
+    return dout if cache.mask is None else dout * cache.mask
+
+
+class Dropout(Module):
+    """Dropout drawing masks from a shared, seeded generator ``rng``."""
+
+    def __init__(self, p: float, rng: np.random.Generator):
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"dropout p must be in [0, 1), got {p}")
+        self.p = p
+        self.rng = rng
+
+    def forward(self, x):
+        out, self._cache = dropout_forward(x, self.p, self.rng, self.training)
+        return out
+
+    def backward(self, dout):
+        return dropout_backward(dout, self._pop_cache())

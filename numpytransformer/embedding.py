@@ -1,0 +1,92 @@
+"""Token embedding: an index lookup whose backward is a scatter-add."""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+from .module import Module
+
+__all__ = ["embedding_forward", "embedding_backward", "Embedding"]
+
+
+class EmbeddingCache(NamedTuple):
+    ids: np.ndarray
+    vocab_size: int
+    scale: float
+    pad_id: Optional[int]
+
+
+def embedding_forward(ids: np.ndarray, W: np.ndarray, scale: float = 1.0, pad_id: Optional[int] = None):
+    """Look up rows of the table ``W``.
+
+    .. math:: \\text{out}_{b,t} = s \\cdot W_{\\text{ids}_{b,t}}
+
+    The paper multiplies embeddings by :math:`s = \\sqrt{d_{model}}` so that they are
+    on the same scale as the positional encoding added to them.
+
+    Parameters
+    ----------
+    ids : int ndarray, shape (B, T)
+    W : ndarray, shape (V, D)
+    scale : float
+    pad_id : int or None
+        The pad row; it receives no gradient.
+
+    Returns
+    -------
+    out : ndarray, shape (B, T, D)
+    cache : EmbeddingCache
+    """
+    out = W[ids]
+    if scale != 1.0:
+        out *= W.dtype.type(scale)
+    return out, EmbeddingCache(ids, W.shape[0], scale, pad_id)
+
+
+def embedding_backward(dout: np.ndarray, cache: EmbeddingCache) -> np.ndarray:
+    """Scatter-add: row ``v`` of ``dW`` is ``s`` times the sum of ``dout`` at every position holding ``v``.
+
+    The lookup is a one-hot matrix product ``out = s * onehot(ids) W``, whose gradient
+    ``s * onehot(ids)^T dout`` is exactly this sum, computed without building the
+    one-hot matrix. The pad row's gradient is zero.
+
+    Returns
+    -------
+    dW : ndarray, shape (V, D)
+    """
+    ids, V, scale, pad_id = cache
+    D = dout.shape[-1]
+    dW = np.zeros((V, D), dtype=dout.dtype)
+    np.add.at(dW, ids.reshape(-1), dout.reshape(-1, D))
+    if scale != 1.0:
+        dW *= dout.dtype.type(scale)
+    if pad_id is not None:
+        dW[pad_id] = 0
+    return dW
+
+
+class Embedding(Module):
+    """Embedding table ``W`` (V, D), initialised N(0, 1/D) so that ``sqrt(D) * W`` has unit scale.
+
+    The pad row starts at zero and never receives a gradient, so it stays zero.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, rng: np.random.Generator, dtype=np.float64,
+                 scale: bool = True, pad_id: Optional[int] = 0):
+        super().__init__()
+        W = (rng.standard_normal((vocab_size, d_model)) * d_model ** -0.5).astype(dtype)
+        if pad_id is not None:
+            W[pad_id] = 0
+        self.add_param("W", W)
+        self.scale = float(np.sqrt(d_model)) if scale else 1.0
+        self.pad_id = pad_id
+
+    def forward(self, ids: np.ndarray) -> np.ndarray:
+        out, self._cache = embedding_forward(ids, self.params["W"], self.scale, self.pad_id)
+        return out
+
+    def backward(self, dout: np.ndarray) -> None:
+        """Accumulates ``dW``; ids have no gradient, so nothing is returned."""
+        self.grads["W"] += embedding_backward(dout, self._pop_cache())
+        return None

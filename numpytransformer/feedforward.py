@@ -1,0 +1,73 @@
+"""The position-wise feed-forward network: ``FFN(x) = max(0, x W1 + b1) W2 + b2``."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .linear import LinearCache, linear_backward, linear_forward, xavier_uniform
+from .module import Module
+from .relu import ReLUCache, relu_backward, relu_forward
+
+__all__ = ["ffn_forward", "ffn_backward", "FeedForward"]
+
+
+class FFNCache(NamedTuple):
+    lin1: LinearCache
+    relu: ReLUCache
+    lin2: LinearCache
+
+
+def ffn_forward(x: np.ndarray, W1: np.ndarray, b1: np.ndarray, W2: np.ndarray, b2: np.ndarray):
+    """Two linear layers with a ReLU between them, applied to every position alike.
+
+    .. math:: \\text{FFN}(x) = \\max(0, x W_1 + b_1) W_2 + b_2
+
+    Parameters
+    ----------
+    x : ndarray, shape (..., D)
+    W1 : (D, D_ff), b1 : (D_ff,), W2 : (D_ff, D), b2 : (D,)
+
+    Returns
+    -------
+    out : ndarray, shape (..., D)
+    cache : FFNCache
+    """
+    h, c1 = linear_forward(x, W1, b1)  # (..., D_ff)
+    a, cr = relu_forward(h)
+    out, c2 = linear_forward(a, W2, b2)  # (..., D)
+    return out, FFNCache(c1, cr, c2)
+
+
+def ffn_backward(dout: np.ndarray, cache: FFNCache):
+    """The chain rule through linear, ReLU, linear, in reverse order.
+
+    Returns
+    -------
+    dx, dW1, db1, dW2, db2
+    """
+    da, dW2, db2 = linear_backward(dout, cache.lin2)
+    dh = relu_backward(da, cache.relu)
+    dx, dW1, db1 = linear_backward(dh, cache.lin1)
+    return dx, dW1, db1, dW2, db2
+
+
+class FeedForward(Module):
+    """Position-wise FFN with parameters ``W1, b1, W2, b2``."""
+
+    def __init__(self, d_model: int, d_ff: int, rng: np.random.Generator, dtype=np.float64):
+        super().__init__()
+        self.add_param("W1", xavier_uniform(rng, d_model, d_ff, dtype))
+        self.add_param("b1", np.zeros(d_ff, dtype=dtype))
+        self.add_param("W2", xavier_uniform(rng, d_ff, d_model, dtype))
+        self.add_param("b2", np.zeros(d_model, dtype=dtype))
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        out, self._cache = ffn_forward(x, **self.params)
+        return out
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        dx, *dparams = ffn_backward(dout, self._pop_cache())
+        for name, g in zip(("W1", "b1", "W2", "b2"), dparams):
+            self.grads[name] += g
+        return dx

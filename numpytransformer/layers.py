@@ -1,0 +1,109 @@
+"""Encoder and decoder layers: attention and FFN sublayers joined by residual connections."""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+
+from .dropout import Dropout
+from .feedforward import FeedForward
+from .layernorm import LayerNorm
+from .module import Module
+from .multihead import MultiHeadAttention
+
+__all__ = ["Residual", "EncoderLayer", "DecoderLayer"]
+
+
+class Residual(Module):
+    """A sublayer connection: residual, dropout and LayerNorm around a sublayer.
+
+    Post-LN (the paper, section 5.4): :math:`\\text{LayerNorm}(x + \\text{Dropout}(\\text{Sublayer}(x)))`.
+    Pre-LN (``norm_first``): :math:`x + \\text{Dropout}(\\text{Sublayer}(\\text{LayerNorm}(x)))`,
+    which keeps an identity path from the output to the input and trains deep stacks
+    without warm-up tricks.
+
+    The sublayer is passed in as a function (forward) and its backward as a function,
+    because sublayers differ: cross-attention also reads the encoder's memory.
+    """
+
+    def __init__(self, d_model: int, dropout: float, rng: np.random.Generator, norm_first: bool,
+                 eps: float, dtype):
+        super().__init__()
+        self.norm = LayerNorm(d_model, eps, dtype)
+        self.drop = Dropout(dropout, rng)
+        self.norm_first = norm_first
+
+    def forward(self, x: np.ndarray, sublayer: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        if self.norm_first:
+            return x + self.drop(sublayer(self.norm(x)))
+        return self.norm(x + self.drop(sublayer(x)))
+
+    def backward(self, dout: np.ndarray, sublayer_backward: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """The residual branch and the sublayer branch each carry gradient; they add."""
+        if self.norm_first:
+            return dout + self.norm.backward(sublayer_backward(self.drop.backward(dout)))
+        d = self.norm.backward(dout)
+        return d + sublayer_backward(self.drop.backward(d))
+
+
+class EncoderLayer(Module):
+    """Self-attention, then the FFN, each inside a :class:`Residual`."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, init_rng: np.random.Generator,
+                 drop_rng: np.random.Generator, norm_first: bool = False, eps: float = 1e-5, dtype=np.float64):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, init_rng, dtype)
+        self.ffn = FeedForward(d_model, d_ff, init_rng, dtype)
+        self.sub1 = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
+        self.sub2 = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
+
+    def forward(self, x: np.ndarray, mask: Optional[np.ndarray] = None) -> np.ndarray:
+        """x: (B, S, D); mask: bool, broadcastable to (B, H, S, S)."""
+        x = self.sub1(x, lambda h: self.self_attn(h, mask=mask))
+        return self.sub2(x, self.ffn)
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        d = self.sub2.backward(dout, self.ffn.backward)
+        return self.sub1.backward(d, self.self_attn.backward)
+
+
+class DecoderLayer(Module):
+    """Masked self-attention, cross-attention over the encoder's memory, then the FFN."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, init_rng: np.random.Generator,
+                 drop_rng: np.random.Generator, norm_first: bool = False, eps: float = 1e-5, dtype=np.float64):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, init_rng, dtype)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, init_rng, dtype)
+        self.ffn = FeedForward(d_model, d_ff, init_rng, dtype)
+        self.sub1 = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
+        self.sub2 = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
+        self.sub3 = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
+        self._dmemory = None
+
+    def forward(self, x: np.ndarray, memory: np.ndarray, self_mask: Optional[np.ndarray] = None,
+                memory_mask: Optional[np.ndarray] = None, kv_cache: Optional[dict] = None) -> np.ndarray:
+        """x: (B, T, D); memory: (B, S, D); self_mask: causal (and padding), memory_mask: source padding.
+
+        ``kv_cache`` (inference): a dict this layer fills with its attention caches.
+        """
+        self_cache = cross_cache = None
+        if kv_cache is not None:
+            self_cache = kv_cache.setdefault("self", {})
+            cross_cache = kv_cache.setdefault("cross", {})
+        x = self.sub1(x, lambda h: self.self_attn(h, mask=self_mask, kv_cache=self_cache))
+        x = self.sub2(x, lambda h: self.cross_attn(h, memory, mask=memory_mask, kv_cache=cross_cache))
+        return self.sub3(x, self.ffn)
+
+    def _cross_backward(self, d: np.ndarray) -> np.ndarray:
+        dx, self._dmemory = self.cross_attn.backward(d)
+        return dx
+
+    def backward(self, dout: np.ndarray):
+        """Returns ``(dx, dmemory)``: the memory feeds every decoder layer, so the
+        caller sums the ``dmemory`` of all layers."""
+        d = self.sub3.backward(dout, self.ffn.backward)
+        d = self.sub2.backward(d, self._cross_backward)
+        dx = self.sub1.backward(d, self.self_attn.backward)
+        dmemory, self._dmemory = self._dmemory, None
+        return dx, dmemory

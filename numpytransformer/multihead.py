@@ -1,0 +1,192 @@
+"""Multi-head attention, every head computed at once in batched array operations."""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+from .attention import AttentionCache, attention_backward, attention_forward
+from .linear import LinearCache, linear_backward, linear_forward, xavier_uniform
+from .module import Module
+
+__all__ = [
+    "PARAM_NAMES",
+    "split_heads",
+    "merge_heads",
+    "multihead_attention_forward",
+    "multihead_attention_backward",
+    "MultiHeadAttention",
+]
+
+PARAM_NAMES = ("W_q", "b_q", "W_k", "b_k", "W_v", "b_v", "W_o", "b_o")
+
+
+class MHACache(NamedTuple):
+    in_cache: LinearCache  # the fused projection: QKV (self) or KV (cross)
+    q_cache: Optional[LinearCache]  # the separate Q projection (cross-attention only)
+    att: AttentionCache
+    out_cache: LinearCache
+    n_heads: int
+
+
+def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
+    """(B, T, D) -> (B, H, T, D/H): head ``h`` owns the slice ``[h*D/H, (h+1)*D/H)`` of the features."""
+    B, T, D = x.shape
+    return x.reshape(B, T, n_heads, D // n_heads).transpose(0, 2, 1, 3)  # (B, H, T, D/H)
+
+
+def merge_heads(x: np.ndarray) -> np.ndarray:
+    """(B, H, T, D/H) -> (B, T, D): the concatenation of the heads, the inverse of :func:`split_heads`."""
+    B, H, T, Dh = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(B, T, H * Dh)  # (B, T, D)
+
+
+def multihead_attention_forward(x_q, x_kv, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, n_heads: int,
+                                mask: Optional[np.ndarray] = None):
+    """Multi-head attention.
+
+    .. math:: \\text{MHA}(X_q, X_{kv}) = \\text{Concat}_h\\big(\\text{Attention}(X_q W_q^h, X_{kv} W_k^h, X_{kv} W_v^h)\\big) W_o
+
+    Parameters
+    ----------
+    x_q : ndarray, shape (B, T, D)
+        Queries come from here.
+    x_kv : ndarray, shape (B, S, D), or None
+        Keys and values come from here (cross-attention). ``None`` means
+        self-attention (``x_kv = x_q``), computed with one fused QKV matrix product.
+    W_q, W_k, W_v, W_o : ndarray, shape (D, D)
+    b_q, b_k, b_v, b_o : ndarray, shape (D,)
+    n_heads : int
+        H; D must be divisible by H. Head ``h`` uses columns ``[h*D/H, (h+1)*D/H)``
+        of W_q, W_k and W_v.
+    mask : bool ndarray broadcastable to (B, H, T, S), optional
+        True where attention is allowed (see :func:`attention.padding_mask`, :func:`attention.causal_mask`).
+
+    Returns
+    -------
+    out : ndarray, shape (B, T, D)
+    cache : MHACache
+    """
+    B, T, D = x_q.shape
+    H = n_heads
+    if x_kv is None:
+        # One (D, 3D) product instead of three (D, D) ones: the same arithmetic, one BLAS call.
+        W = np.concatenate([W_q, W_k, W_v], axis=1)  # (D, 3D)
+        b = np.concatenate([b_q, b_k, b_v])
+        qkv, in_cache = linear_forward(x_q, W, b)  # (B, T, 3D)
+        q, k, v = qkv.reshape(B, T, 3, H, D // H).transpose(2, 0, 3, 1, 4)  # 3 x (B, H, T, D/H)
+        q_cache = None
+    else:
+        S = x_kv.shape[1]
+        q_lin, q_cache = linear_forward(x_q, W_q, b_q)  # (B, T, D)
+        q = split_heads(q_lin, H)  # (B, H, T, D/H)
+        W = np.concatenate([W_k, W_v], axis=1)  # (D, 2D)
+        b = np.concatenate([b_k, b_v])
+        kv, in_cache = linear_forward(x_kv, W, b)  # (B, S, 2D)
+        k, v = kv.reshape(B, S, 2, H, D // H).transpose(2, 0, 3, 1, 4)  # 2 x (B, H, S, D/H)
+    att, att_cache = attention_forward(q, k, v, mask)  # (B, H, T, D/H)
+    out, out_cache = linear_forward(merge_heads(att), W_o, b_o)  # (B, T, D)
+    return out, MHACache(in_cache, q_cache, att_cache, out_cache, H)
+
+
+def multihead_attention_backward(dout: np.ndarray, cache: MHACache):
+    """Gradients of multi-head attention.
+
+    Run the forward's steps in reverse: the output projection (a linear layer), the
+    merge of heads (a reshape, undone by splitting), attention
+    (:func:`attention.attention_backward`), the split of heads (undone by merging) and
+    the input projections (linear layers). In self-attention the three projections
+    read the same ``x``, so their input gradients add up, which the fused product does.
+
+    Returns
+    -------
+    dx_q : (B, T, D)
+    dx_kv : (B, S, D), or None for self-attention (its gradient is already in ``dx_q``)
+    dW_q, db_q, dW_k, db_k, dW_v, db_v, dW_o, db_o
+    """
+    in_cache, q_cache, att_cache, out_cache, H = cache
+    dmerged, dW_o, db_o = linear_backward(dout, out_cache)
+    datt = split_heads(dmerged, H)  # (B, H, T, D/H)
+    dq, dk, dv = attention_backward(datt, att_cache)
+    B, T, D = dout.shape
+    Dh = D // H
+    if q_cache is None:
+        dqkv = np.empty((B, T, 3, H, Dh), dtype=dout.dtype)
+        for i, d in enumerate((dq, dk, dv)):
+            dqkv[:, :, i] = d.transpose(0, 2, 1, 3)  # (B, T, H, D/H)
+        dx_q, dW, db = linear_backward(dqkv.reshape(B, T, 3 * D), in_cache)
+        dx_kv = None
+        dW_q, dW_k, dW_v = np.split(dW, 3, axis=1)
+        db_q, db_k, db_v = np.split(db, 3)
+    else:
+        S = dk.shape[2]
+        dx_q, dW_q, db_q = linear_backward(merge_heads(dq), q_cache)
+        dkv = np.empty((B, S, 2, H, Dh), dtype=dout.dtype)
+        dkv[:, :, 0] = dk.transpose(0, 2, 1, 3)  # (B, S, H, D/H)
+        dkv[:, :, 1] = dv.transpose(0, 2, 1, 3)
+        dx_kv, dW, db = linear_backward(dkv.reshape(B, S, 2 * D), in_cache)
+        dW_k, dW_v = np.split(dW, 2, axis=1)
+        db_k, db_v = np.split(db, 2)
+    return dx_q, dx_kv, dW_q, db_q, dW_k, db_k, dW_v, db_v, dW_o, db_o
+
+
+class MultiHeadAttention(Module):
+    """Multi-head attention with parameters ``W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o``.
+
+    ``forward(x)`` is self-attention; ``forward(x, memory)`` is cross-attention.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, rng: np.random.Generator, dtype=np.float64):
+        super().__init__()
+        if d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        self.n_heads = n_heads
+        self.attention_weights: Optional[np.ndarray] = None  # (B, H, T, S) of the last forward
+        for name in PARAM_NAMES:
+            if name.startswith("W"):
+                self.add_param(name, xavier_uniform(rng, d_model, d_model, dtype))
+            else:
+                self.add_param(name, np.zeros(d_model, dtype=dtype))
+
+    def forward(self, x: np.ndarray, x_kv: Optional[np.ndarray] = None, mask: Optional[np.ndarray] = None,
+                kv_cache: Optional[dict] = None):
+        """Attention of ``x`` (B, T, D) over itself, or over ``x_kv`` (B, S, D).
+
+        ``kv_cache`` (a dict, inference only) turns on incremental decoding: in
+        self-attention the keys and values of the new positions are appended to the
+        ones cached from earlier steps; in cross-attention the memory's keys and values
+        are computed once and reused. The result equals the full forward's.
+        """
+        if kv_cache is not None:
+            return self._forward_cached(x, x_kv, mask, kv_cache)
+        out, self._cache = multihead_attention_forward(x, x_kv, **self.params, n_heads=self.n_heads, mask=mask)
+        self.attention_weights = self._cache.att.weights
+        return out
+
+    def _forward_cached(self, x, x_kv, mask, kv_cache: dict) -> np.ndarray:
+        p, H = self.params, self.n_heads
+        if x_kv is None:
+            q = split_heads(x @ p["W_q"] + p["b_q"], H)  # (B, H, T_new, D/H)
+            k = split_heads(x @ p["W_k"] + p["b_k"], H)
+            v = split_heads(x @ p["W_v"] + p["b_v"], H)
+            if "k" in kv_cache:
+                k = np.concatenate([kv_cache["k"], k], axis=2)  # (B, H, T_so_far, D/H)
+                v = np.concatenate([kv_cache["v"], v], axis=2)
+            kv_cache["k"], kv_cache["v"] = k, v
+        else:
+            q = split_heads(x @ p["W_q"] + p["b_q"], H)
+            if "k" not in kv_cache:
+                kv_cache["k"] = split_heads(x_kv @ p["W_k"] + p["b_k"], H)  # (B, H, S, D/H)
+                kv_cache["v"] = split_heads(x_kv @ p["W_v"] + p["b_v"], H)
+            k, v = kv_cache["k"], kv_cache["v"]
+        att, att_cache = attention_forward(q, k, v, mask)
+        self.attention_weights = att_cache.weights
+        self._cache = None  # inference only: there is nothing to differentiate
+        return merge_heads(att) @ p["W_o"] + p["b_o"]
+
+    def backward(self, dout: np.ndarray):
+        """Returns ``dx`` for self-attention, ``(dx, dx_kv)`` for cross-attention."""
+        dx_q, dx_kv, *dparams = multihead_attention_backward(dout, self._pop_cache())
+        for name, g in zip(PARAM_NAMES, dparams):
+            self.grads[name] += g
+        return dx_q if dx_kv is None else (dx_q, dx_kv)

@@ -1,0 +1,119 @@
+"""Adam, the Noam learning-rate schedule, and gradient clipping by global norm."""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import numpy as np
+
+__all__ = ["Adam", "NoamSchedule", "clip_grad_norm", "global_norm"]
+
+
+class NoamSchedule:
+    """The paper's schedule (section 5.3): linear warm-up, then inverse square root decay.
+
+    .. math:: \\text{lr}(s) = f \\cdot d_{model}^{-0.5} \\cdot \\min(s^{-0.5},\\; s \\cdot w^{-1.5})
+
+    The two branches meet at ``s = warmup``, where the rate peaks.
+    """
+
+    def __init__(self, d_model: int, warmup: int = 4000, factor: float = 1.0):
+        if warmup <= 0:
+            raise ValueError(f"warmup must be a positive number of steps, got {warmup}")
+        self.d_model, self.warmup, self.factor = d_model, warmup, factor
+
+    def __call__(self, step: int) -> float:
+        """The learning rate for update number ``step`` (counting from 1)."""
+        step = max(int(step), 1)
+        return self.factor * self.d_model ** -0.5 * min(step ** -0.5, step * self.warmup ** -1.5)
+
+
+def global_norm(grads: Dict[str, np.ndarray]) -> float:
+    """:math:`\\sqrt{\\sum_i \\lVert g_i \\rVert^2}` over every gradient tensor, in float64."""
+    return float(np.sqrt(sum(np.vdot(g, g).astype(np.float64) for g in grads.values())))
+
+
+def clip_grad_norm(grads: Dict[str, np.ndarray], max_norm: float) -> float:
+    """Scale all gradients in place so that their global norm is at most ``max_norm``.
+
+    Returns the norm before clipping (useful to log). Like PyTorch's ``clip_grad_norm_``.
+    """
+    norm = global_norm(grads)
+    if not np.isfinite(norm):
+        raise FloatingPointError(f"gradient norm is {norm}: the loss diverged (lower the learning rate)")
+    if norm > max_norm:
+        scale = max_norm / (norm + 1e-6)
+        for g in grads.values():
+            g *= g.dtype.type(scale)
+    return norm
+
+
+class Adam:
+    """Adam (Kingma & Ba, 2015) with the paper's defaults beta1=0.9, beta2=0.98, eps=1e-9.
+
+    .. math:: m \\leftarrow \\beta_1 m + (1-\\beta_1) g,\\quad v \\leftarrow \\beta_2 v + (1-\\beta_2) g^2,\\quad
+              \\theta \\leftarrow \\theta - \\text{lr}\\,\\frac{m / (1-\\beta_1^t)}{\\sqrt{v / (1-\\beta_2^t)} + \\epsilon}
+
+    Parameters are updated in place, so the model's arrays change under it.
+
+    Parameters
+    ----------
+    params : dict name -> ndarray
+        The live parameter arrays (``model.parameters()``).
+    lr : float or callable
+        A constant, or a schedule ``lr(step)`` such as :class:`NoamSchedule`.
+    """
+
+    def __init__(self, params: Dict[str, np.ndarray], lr=1e-3, betas=(0.9, 0.98), eps: float = 1e-9):
+        self.params = params
+        self.lr = lr
+        self.beta1, self.beta2 = betas
+        self.eps = eps
+        self.t = 0
+        self.m = {k: np.zeros_like(p) for k, p in params.items()}
+        self.v = {k: np.zeros_like(p) for k, p in params.items()}
+
+    def current_lr(self, step: Optional[int] = None) -> float:
+        step = self.t if step is None else step
+        return float(self.lr(step)) if callable(self.lr) else float(self.lr)
+
+    def step(self, grads: Dict[str, np.ndarray]) -> float:
+        """Apply one update from ``grads`` (same keys as the params); returns the learning rate used."""
+        if grads.keys() != self.params.keys():
+            missing = set(self.params) ^ set(grads)
+            raise KeyError(f"grads and params must have the same keys; these differ: {sorted(missing)[:5]}")
+        self.t += 1
+        lr = self.current_lr(self.t)
+        b1, b2 = self.beta1, self.beta2
+        # Fold both bias corrections into one step size, as the Adam paper's section 2 suggests.
+        step_size = lr * np.sqrt(1 - b2 ** self.t) / (1 - b1 ** self.t)
+        eps_hat = self.eps * np.sqrt(1 - b2 ** self.t)
+        for k, p in self.params.items():
+            g, m, v = grads[k], self.m[k], self.v[k]
+            dt = p.dtype.type
+            m *= dt(b1)
+            m += dt(1 - b1) * g
+            v *= dt(b2)
+            v += dt(1 - b2) * (g * g)
+            denom = np.sqrt(v)
+            denom += dt(eps_hat)
+            p -= dt(step_size) * (m / denom)
+        return lr
+
+    # ---- checkpointing --------------------------------------------------
+    def state_arrays(self) -> Dict[str, np.ndarray]:
+        """Moments as a flat dict of arrays (for an ``.npz``)."""
+        out = {f"adam.m.{k}": v for k, v in self.m.items()}
+        out.update({f"adam.v.{k}": v for k, v in self.v.items()})
+        return out
+
+    def load_state_arrays(self, arrays: Dict[str, np.ndarray], t: int) -> None:
+        for k in self.params:
+            for name, store in (("m", self.m), ("v", self.v)):
+                key = f"adam.{name}.{k}"
+                if key not in arrays:
+                    raise KeyError(f"optimiser state has no entry {key!r}: the checkpoint does not match this model")
+                if arrays[key].shape != store[k].shape:
+                    raise ValueError(f"optimiser state {key!r} has shape {arrays[key].shape}, "
+                                     f"expected {store[k].shape}")
+                store[k][...] = arrays[key]
+        self.t = int(t)
