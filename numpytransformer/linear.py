@@ -31,7 +31,9 @@ def linear_forward(x: np.ndarray, W: np.ndarray, b: Optional[np.ndarray]):
     out : ndarray, shape (..., D_out)
     cache : LinearCache
     """
-    out = x @ W
+    # One (N, D_in) @ (D_in, D_out) product over all rows: a stacked (B, T, D) @ (D, D')
+    # would make NumPy call BLAS once per batch item, on small matrices.
+    out = (x.reshape(-1, x.shape[-1]) @ W).reshape(*x.shape[:-1], W.shape[1])
     if b is not None:
         out += b
     return out, LinearCache(x, W)
@@ -49,9 +51,9 @@ def linear_backward(dout: np.ndarray, cache: LinearCache):
     dx : (..., D_in),  dW : (D_in, D_out),  db : (D_out,)
     """
     x, W = cache
-    dx = dout @ W.T
     x2 = x.reshape(-1, x.shape[-1])  # (N, D_in)
     d2 = dout.reshape(-1, dout.shape[-1])  # (N, D_out)
+    dx = (d2 @ W.T).reshape(x.shape)
     dW = x2.T @ d2
     db = d2.sum(axis=0)
     return dx, dW, db

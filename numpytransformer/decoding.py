@@ -1,0 +1,118 @@
+"""Autoregressive decoding: batched greedy search and beam search, both stopping at EOS.
+
+Both run the encoder once and then feed the decoder one token per step. With
+``use_cache=True`` each decoder self-attention keeps the keys and values of the
+positions already decoded (a *KV cache*), so a step costs one position of work
+instead of re-running the whole prefix; the outputs are identical.
+"""
+from __future__ import annotations
+
+from typing import List
+
+import numpy as np
+
+__all__ = ["greedy_decode", "beam_search", "log_softmax"]
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def _strip(row: np.ndarray, eos_id: int) -> List[int]:
+    """Tokens up to (not including) the first EOS."""
+    out = []
+    for t in row:
+        if t == eos_id:
+            break
+        out.append(int(t))
+    return out
+
+
+def greedy_decode(model, src: np.ndarray, max_len: int, bos_id: int = 1, eos_id: int = 2,
+                  use_cache: bool = True) -> List[List[int]]:
+    """Pick the most likely token at every step, for a whole batch at once.
+
+    Parameters
+    ----------
+    model : Transformer (in eval mode: dropout would make decoding random)
+    src : int ndarray (B, S), padded with the model's pad id
+    max_len : int
+        Most tokens generated per sequence (EOS included).
+    use_cache : bool
+        Reuse the decoder's keys and values (fast), or recompute the prefix each step.
+
+    Returns
+    -------
+    list of B token lists, without BOS and EOS.
+    """
+    memory, src_mask = model.encode(src)
+    B = memory.shape[0]
+    max_len = min(max_len, model.cfg.max_len)
+    ys = np.full((B, 1), bos_id, dtype=np.int64)
+    done = np.zeros(B, dtype=bool)
+    caches = [{} for _ in range(model.cfg.n_decoder_layers)]
+    for t in range(max_len):
+        if use_cache:
+            logits = model.decode_step(ys[:, -1:], memory, src_mask, caches, position=t)[:, -1]
+        else:
+            logits = model.decode(ys, memory, src_mask)[:, -1]  # (B, V), the last position only
+        nxt = np.where(done, eos_id, logits.argmax(axis=-1))
+        ys = np.concatenate([ys, nxt[:, None]], axis=1)
+        done |= nxt == eos_id
+        if done.all():
+            break
+    return [_strip(row[1:], eos_id) for row in ys]
+
+
+def beam_search(model, src: np.ndarray, max_len: int, beam_size: int = 4, length_penalty: float = 0.6,
+                bos_id: int = 1, eos_id: int = 2) -> List[List[int]]:
+    """Keep the ``beam_size`` best partial hypotheses of every sentence, batched.
+
+    A hypothesis's score is its summed log-probability; finished hypotheses (those
+    that produced EOS) keep their score and only extend with EOS at no cost. The
+    final choice divides by the GNMT length penalty
+    :math:`lp(n) = ((5 + n) / 6)^{\\alpha}` (Wu et al., 2016), so that longer
+    outputs are not punished merely for having more terms; ``alpha=0`` picks the
+    raw highest score.
+
+    Returns
+    -------
+    list of B token lists, without BOS and EOS.
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    memory, src_mask = model.encode(src)
+    B, K = memory.shape[0], beam_size
+    max_len = min(max_len, model.cfg.max_len)
+    memory = np.repeat(memory, K, axis=0)  # (B*K, S, D): every beam reads its own sentence
+    src_mask = np.repeat(src_mask, K, axis=0)
+    caches = [{} for _ in range(model.cfg.n_decoder_layers)]
+    scores = np.full((B, K), -np.inf)
+    scores[:, 0] = 0.0  # at first all beams are the same, so only one may expand
+    seqs = np.full((B, K, 1), bos_id, dtype=np.int64)
+    finished = np.zeros((B, K), dtype=bool)
+    lengths = np.zeros((B, K), dtype=np.int64)
+    for t in range(max_len):
+        logits = model.decode_step(seqs[:, :, -1].reshape(B * K, 1), memory, src_mask, caches, position=t)
+        logp = log_softmax(logits[:, -1].astype(np.float64)).reshape(B, K, -1)  # (B, K, V)
+        V = logp.shape[-1]
+        logp[finished] = -np.inf
+        logp[finished, eos_id] = 0.0  # a finished beam stays as it is
+        cand = (scores[:, :, None] + logp).reshape(B, K * V)
+        top = np.argsort(-cand, axis=1, kind="stable")[:, :K]  # (B, K)
+        beam, tok = top // V, top % V
+        scores = np.take_along_axis(cand, top, axis=1)
+        seqs = np.concatenate([np.take_along_axis(seqs, beam[:, :, None], axis=1), tok[:, :, None]], axis=2)
+        was_finished = np.take_along_axis(finished, beam, axis=1)
+        lengths = np.take_along_axis(lengths, beam, axis=1) + ~was_finished
+        finished = was_finished | (tok == eos_id)
+        flat = (np.arange(B)[:, None] * K + beam).reshape(-1)  # the parent of each new beam
+        for cache in caches:
+            for part in cache["self"]:
+                cache["self"][part] = cache["self"][part][flat]
+        if finished.all():
+            break
+    final = scores / ((5.0 + lengths) / 6.0) ** length_penalty
+    best = np.argmax(final, axis=1)
+    return [_strip(seqs[b, best[b], 1:], eos_id) for b in range(B)]

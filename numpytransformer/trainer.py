@@ -1,0 +1,216 @@
+"""A reusable training loop: batches, Adam with the Noam schedule, label smoothing,
+gradient clipping and accumulation, validation, progress, history, checkpoints and
+exact resume.
+
+The trainer knows nothing about a particular task. A *task* object provides:
+
+- ``train_batches(epoch) -> list``: the epoch's batches, the same for the same seed and epoch;
+- ``forward_backward(model, batch, label_smoothing, scale) -> (loss, n_tokens)``: runs
+  forward, the loss and backward (gradients scaled by ``scale``), and returns the
+  batch's mean loss and how many target tokens it had;
+- ``validate(model) -> dict``: metrics on the validation split, including
+  ``task.selection_metric`` (higher is better) that picks the best checkpoint;
+- ``to_dict()``: JSON settings from which the task can be rebuilt.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from .checkpoint import atomic_write_text, load_checkpoint, read_checkpoint_meta, save_checkpoint
+from .optim import Adam, NoamSchedule, clip_grad_norm
+
+__all__ = ["TrainConfig", "Trainer", "plot_history"]
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation settings.
+
+    ``lr_factor`` multiplies the Noam schedule
+    ``d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``; ``accum_steps`` batches
+    make one update; ``clip_norm`` clips the global gradient norm (None: off);
+    ``max_minutes`` stops training after the epoch that crosses it.
+    """
+
+    epochs: int = 10
+    lr_factor: float = 1.0
+    warmup: int = 400
+    label_smoothing: float = 0.1
+    clip_norm: Optional[float] = 1.0
+    accum_steps: int = 1
+    log_every: int = 50
+    max_minutes: Optional[float] = None
+
+    def __post_init__(self):
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be at least 1, got {self.epochs}")
+        if self.accum_steps < 1:
+            raise ValueError(f"accum_steps must be at least 1, got {self.accum_steps}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+
+
+def _fmt_time(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class Trainer:
+    """Train ``model`` on ``task``, writing checkpoints and history into ``out_dir``.
+
+    ``out_dir/last`` is the latest checkpoint (with optimiser state, for ``resume``),
+    ``out_dir/best`` the one with the best validation score, ``out_dir/history.json``
+    the per-update and per-epoch records, ``out_dir/curves.png`` the loss and LR plot.
+    """
+
+    def __init__(self, model, task, cfg: TrainConfig, out_dir, log=None):
+        self.model, self.task, self.cfg = model, task, cfg
+        self.out_dir = Path(out_dir)
+        self.schedule = NoamSchedule(model.cfg.d_model, cfg.warmup, cfg.lr_factor)
+        self.optimizer = Adam(model.parameters(), lr=self.schedule)
+        self.history = {"steps": [], "epochs": []}
+        self.epoch, self.batch_index = 0, 0
+        self.best_score = -np.inf
+        self.log = log if log is not None else (lambda msg: print(msg, file=sys.stdout, flush=True))
+
+    # ---- state --------------------------------------------------------------
+    def _meta(self, rng_state) -> dict:
+        return {"task": self.task.to_dict(), "train": asdict(self.cfg), "step": self.optimizer.t,
+                "epoch": self.epoch, "batch_index": self.batch_index, "best_score": self.best_score,
+                "history": self.history}
+
+    def save(self, which: str = "last", rng_state=None) -> Path:
+        path = self.out_dir / which
+        saved_state = self.model.rng.bit_generator.state
+        if rng_state is not None:  # the generator as it was at the last update boundary
+            self.model.rng.bit_generator.state = rng_state
+        try:
+            save_checkpoint(path, self.model, self._meta(rng_state),
+                            self.optimizer if which == "last" else None)
+        finally:
+            self.model.rng.bit_generator.state = saved_state
+        return path
+
+    def resume(self) -> None:
+        """Continue from ``out_dir/last``: weights, optimiser, RNG, position in the epoch, history."""
+        path = self.out_dir / "last"
+        doc = read_checkpoint_meta(path)
+        if doc["task"] != self.task.to_dict():
+            raise ValueError(f"cannot resume {path}: it was trained on a different task setting "
+                             f"({doc['task']} vs {self.task.to_dict()})")
+        load_checkpoint(path, self.model, self.optimizer)
+        self.epoch, self.batch_index = doc["epoch"], doc["batch_index"]
+        self.best_score = doc["best_score"] if doc["best_score"] is not None else -np.inf
+        self.history = doc["history"]
+        self.log(f"resumed from {path} at epoch {self.epoch + 1}, update {self.optimizer.t}")
+
+    # ---- training -----------------------------------------------------------
+    def fit(self) -> dict:
+        """Train until ``cfg.epochs`` (or ``cfg.max_minutes``); returns the last validation metrics."""
+        cfg, model, opt = self.cfg, self.model, self.optimizer
+        model.train()
+        params, grads = model.parameters(), model.gradients()
+        start = time.perf_counter()
+        metrics = {}
+        n_batches = len(self.task.train_batches(self.epoch)) if self.epoch < cfg.epochs else 0
+        total_updates = cfg.epochs * -(-max(n_batches, 1) // cfg.accum_steps)
+        boundary_rng = model.rng.bit_generator.state
+        try:
+            while self.epoch < cfg.epochs:
+                batches = self.task.train_batches(self.epoch)
+                window_tokens, window_start = 0, time.perf_counter()
+                epoch_loss, epoch_tokens = 0.0, 0
+                model.zero_grad()
+                for i in range(self.batch_index, len(batches)):
+                    loss, n_tok = self.task.forward_backward(model, batches[i], cfg.label_smoothing,
+                                                             1.0 / cfg.accum_steps)
+                    if not np.isfinite(loss):
+                        raise FloatingPointError(f"the loss became {loss} at update {opt.t + 1}: "
+                                                 "lower --lr-factor or raise --warmup")
+                    epoch_loss += loss * n_tok
+                    epoch_tokens += n_tok
+                    window_tokens += n_tok
+                    last_of_group = (i + 1) % cfg.accum_steps == 0 or i + 1 == len(batches)
+                    if not last_of_group:
+                        continue
+                    if cfg.clip_norm:
+                        clip_grad_norm(grads, cfg.clip_norm)
+                    lr = opt.step(grads)
+                    model.zero_grad()
+                    self.batch_index = i + 1
+                    boundary_rng = model.rng.bit_generator.state
+                    self.history["steps"].append({"step": opt.t, "epoch": self.epoch + 1, "loss": round(loss, 6),
+                                                  "lr": lr})
+                    if opt.t % cfg.log_every == 0:
+                        now = time.perf_counter()
+                        tps = window_tokens / max(now - window_start, 1e-9)
+                        done = opt.t / max(total_updates, 1)
+                        elapsed = now - start
+                        eta = elapsed / max(done, 1e-9) - elapsed if done > 0 else 0.0
+                        self.log(f"epoch {self.epoch + 1}/{cfg.epochs} update {opt.t} loss {loss:.4f} "
+                                 f"lr {lr:.2e} tok/s {tps:,.0f} eta {_fmt_time(eta)}")
+                        window_tokens, window_start = 0, now
+                model.eval()
+                metrics = self.task.validate(model)
+                model.train()
+                self.epoch += 1
+                self.batch_index = 0
+                score = metrics[self.task.selection_metric]
+                record = {"epoch": self.epoch, "step": opt.t, "train_loss": epoch_loss / max(epoch_tokens, 1),
+                          "time": round(time.perf_counter() - start, 2), **metrics}
+                self.history["epochs"].append(record)
+                shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+                self.log(f"epoch {self.epoch} done: train_loss {record['train_loss']:.4f} {shown} "
+                         f"[{_fmt_time(record['time'])}]")
+                if score > self.best_score:
+                    self.best_score = score
+                    self.save("best")
+                self.save("last")
+                atomic_write_text(self.out_dir / "history.json", json.dumps(self.history, indent=1))
+                if cfg.max_minutes is not None and time.perf_counter() - start > 60 * cfg.max_minutes:
+                    self.log(f"stopping: the time budget of {cfg.max_minutes} minutes is used up")
+                    break
+        except KeyboardInterrupt:
+            self.save("last", rng_state=boundary_rng)
+            atomic_write_text(self.out_dir / "history.json", json.dumps(self.history, indent=1))
+            self.log(f"interrupted: saved {self.out_dir / 'last'} at update {opt.t}; continue with --resume")
+            raise
+        plot_history(self.history, self.out_dir / "curves.png", log=self.log)
+        return metrics
+
+
+def plot_history(history: dict, path, log=print) -> Optional[Path]:
+    """Loss and learning-rate curves as a PNG (needs matplotlib; skipped with a note without it)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib is not installed: no curves.png (pip install matplotlib)")
+        return None
+    steps = [s["step"] for s in history["steps"]]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5))
+    ax1.plot(steps, [s["loss"] for s in history["steps"]], lw=0.8, label="train (per update)")
+    if history["epochs"] and "val_loss" in history["epochs"][0]:
+        ax1.plot([e["step"] for e in history["epochs"]], [e["val_loss"] for e in history["epochs"]], "o-",
+                 label="validation")
+    ax1.set_xlabel("update")
+    ax1.set_ylabel("loss")
+    ax1.set_yscale("log")
+    ax1.legend()
+    ax2.plot(steps, [s["lr"] for s in history["steps"]])
+    ax2.set_xlabel("update")
+    ax2.set_ylabel("learning rate (Noam)")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
