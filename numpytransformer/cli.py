@@ -1,0 +1,289 @@
+"""Command line: ``python -m numpytransformer COMMAND ...`` (``--help`` on each command)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import numpy as np
+
+from .checkpoint import CheckpointError, load_checkpoint, read_checkpoint_meta
+from .trainer import TrainConfig, Trainer
+
+__all__ = ["main"]
+
+
+# ---- tasks the command line knows ------------------------------------------------------
+def _task_from_dict(d: dict, data_dir: Optional[str] = None):
+    name = d.get("name")
+    if name == "reverse":
+        from .tasks.reverse import ReversalTask
+
+        return ReversalTask.from_dict(d)
+    if name == "translate":
+        from .tasks.translate import TranslationTask
+
+        return TranslationTask.from_dict(d, data_dir=data_dir)
+    raise CheckpointError(f"the checkpoint's task {name!r} is not known to this version")
+
+
+def resolve_checkpoint(path: str) -> Path:
+    """Accept a checkpoint directory or a run directory (then its ``best``, else ``last``)."""
+    p = Path(path)
+    if (p / "checkpoint.json").is_file():
+        return p
+    for sub in ("best", "last"):
+        if (p / sub / "checkpoint.json").is_file():
+            return p / sub
+    if not p.exists():
+        raise CheckpointError(f"checkpoint {path!r} does not exist (train one first, e.g. "
+                              f"python -m numpytransformer train reverse --out {path})")
+    raise CheckpointError(f"{path!r} holds no checkpoint (no checkpoint.json in it, nor in best/ or last/)")
+
+
+def load_for_inference(path: str, data_dir: Optional[str] = None):
+    """(task, model, path) from a checkpoint, the model in eval mode."""
+    ck = resolve_checkpoint(path)
+    doc = read_checkpoint_meta(ck)
+    task = _task_from_dict(doc["task"], data_dir)
+    model = task.build_model()
+    load_checkpoint(ck, model)
+    model.eval()
+    return task, model, ck
+
+
+def _read_inputs(text: Optional[str]) -> List[str]:
+    if text is not None:
+        return [text]
+    return [line.rstrip("\n") for line in sys.stdin]
+
+
+# ---- train ---------------------------------------------------------------------------
+def _add_train_options(p: argparse.ArgumentParser, defaults: TrainConfig, out: str) -> None:
+    g = p.add_argument_group("training")
+    g.add_argument("--epochs", type=int, default=defaults.epochs, help="passes over the training data (default %(default)s)")
+    g.add_argument("--lr-factor", type=float, default=defaults.lr_factor,
+                   help="multiplier of the Noam schedule d^-0.5*min(s^-0.5, s*w^-1.5) (default %(default)s)")
+    g.add_argument("--warmup", type=int, default=defaults.warmup, help="warm-up updates (default %(default)s)")
+    g.add_argument("--label-smoothing", type=float, default=defaults.label_smoothing, help="(default %(default)s)")
+    g.add_argument("--clip", type=float, default=defaults.clip_norm, help="clip the global gradient norm (default %(default)s; 0: off)")
+    g.add_argument("--accum", type=int, default=defaults.accum_steps, help="batches per update (gradient accumulation; default %(default)s)")
+    g.add_argument("--log-every", type=int, default=defaults.log_every, help="updates between progress lines (default %(default)s)")
+    g.add_argument("--max-minutes", type=float, default=defaults.max_minutes, help="stop after the epoch that exceeds this time")
+    g.add_argument("--out", default=out, help="run directory: checkpoints best/ and last/, history.json, curves.png (default %(default)s)")
+    g.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+
+
+def _train_config(args) -> TrainConfig:
+    return TrainConfig(epochs=args.epochs, lr_factor=args.lr_factor, warmup=args.warmup,
+                       label_smoothing=args.label_smoothing, clip_norm=args.clip or None,
+                       accum_steps=args.accum, log_every=args.log_every, max_minutes=args.max_minutes)
+
+
+def _run_training(task, args) -> None:
+    model = task.build_model()
+    trainer = Trainer(model, task, _train_config(args), args.out)
+    if args.resume:
+        trainer.resume()
+    elif (Path(args.out) / "last" / "checkpoint.json").exists():
+        raise ValueError(f"--out {args.out} already holds a run: pass --resume to continue it, "
+                         "or choose another --out")
+    print(f"training {type(model).__name__} with {model.num_parameters():,} parameters "
+          f"({task.to_dict()['name']}); writing to {args.out}", flush=True)
+    start = time.perf_counter()
+    trainer.fit()
+    wall = time.perf_counter() - start
+    steps = trainer.history["steps"]
+    print(f"trained {len(steps)} updates in {wall:.1f} s", flush=True)
+    # The reported figure is on the held-out test split, with the best validation checkpoint.
+    best = Path(args.out) / "best"
+    if best.exists():
+        load_checkpoint(best, model)
+    model.eval()
+    metrics = task.final_report(model)
+    print("final (test split, best checkpoint): " + " ".join(
+        f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
+    print(f"checkpoint: {best}   try: python -m numpytransformer predict --checkpoint {args.out} "
+          f"\"{task.example_input()}\"")
+
+
+def cmd_train_translate(args) -> None:
+    from .tasks.translate import TranslateSettings, TranslationTask
+
+    src_lang, tgt_lang = args.direction.split("-")
+    s = TranslateSettings(dataset=args.dataset, src_lang=src_lang, tgt_lang=tgt_lang, tokenizer=args.tokenizer,
+                          lowercase=not args.cased, bpe_merges=args.bpe_merges, min_freq=args.min_freq,
+                          seed=args.seed, batch_tokens=args.batch_tokens, d_model=args.d_model,
+                          n_heads=args.heads, n_layers=args.layers, d_ff=args.d_ff, dropout=args.dropout,
+                          tie_embeddings=args.tie, dtype=args.dtype, norm_first=args.pre_ln)
+    if args.resume:
+        doc = read_checkpoint_meta(Path(args.out) / "last")
+        task = TranslationTask.from_dict(doc["task"], data_dir=args.data_dir)
+    else:
+        print(f"building the {args.dataset} vocabularies ...", flush=True)
+        task = TranslationTask(s, data_dir=args.data_dir)
+    _run_training(task, args)
+
+
+def cmd_train_reverse(args) -> None:
+    from .tasks.reverse import ReversalTask, ReverseSettings
+
+    s = ReverseSettings(formulation=args.formulation, n_symbols=args.n_symbols, min_len=args.min_len,
+                        max_len=args.max_len, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test,
+                        seed=args.seed, batch_size=args.batch_size, d_model=args.d_model,
+                        n_heads=args.heads, n_layers=args.layers, d_ff=args.d_ff, dropout=args.dropout,
+                        dtype=args.dtype, norm_first=args.pre_ln)
+    _run_training(ReversalTask(s), args)
+
+
+# ---- inference -----------------------------------------------------------------------
+def cmd_eval(args) -> None:
+    task, model, ck = load_for_inference(args.checkpoint, args.data_dir)
+    metrics = task.evaluate_fresh(model, n=args.n, seed=args.seed, beam=args.beam)
+    print(f"{ck}: " + " ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
+
+
+def cmd_predict(args) -> None:
+    task, model, _ = load_for_inference(args.checkpoint)
+    lines = _read_inputs(args.sequence)
+    for i, out in enumerate(task.predict_text(model, lines, beam=args.beam)):
+        print(out)
+
+
+def cmd_attention(args) -> None:
+    from .plotting import plot_attention
+
+    task, model, _ = load_for_inference(args.checkpoint)
+    maps, labels, output = task.attention(model, args.sequence)
+    path = plot_attention(maps, labels, args.out, title=f"{args.sequence!r} -> {output!r}")
+    print(f"output: {output}\nwrote {path} ({len(maps)} attention layers x {model.cfg.n_heads} heads)")
+
+
+# ---- parser ------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m numpytransformer",
+        description="The Transformer in pure NumPy: train, evaluate, predict and inspect.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    train = sub.add_parser("train", help="train a model on a task", description="Train a model on a task.")
+    tsub = train.add_subparsers(dest="task", metavar="TASK", required=True)
+
+    rev = tsub.add_parser("reverse", help="sequence reversal (the default quick demo)",
+                          description="Train a Transformer to reverse sequences of integer symbols, "
+                                      "e.g. '3 5 4 2 1' -> '1 2 4 5 3'.",
+                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    from .tasks.reverse import ReverseSettings
+
+    d = ReverseSettings()
+    g = rev.add_argument_group("data and model")
+    g.add_argument("--formulation", choices=["seq2seq", "tagger"], default=d.formulation,
+                   help="encoder-decoder with BOS/EOS, or encoder-only per-position tagger")
+    g.add_argument("--n-symbols", type=int, default=d.n_symbols, help="symbols are 1..N")
+    g.add_argument("--min-len", type=int, default=d.min_len)
+    g.add_argument("--max-len", type=int, default=d.max_len)
+    g.add_argument("--n-train", type=int, default=d.n_train, help="distinct training sequences")
+    g.add_argument("--n-val", type=int, default=d.n_val)
+    g.add_argument("--n-test", type=int, default=d.n_test)
+    g.add_argument("--batch-size", type=int, default=d.batch_size, help="sequences per batch")
+    g.add_argument("--d-model", type=int, default=d.d_model)
+    g.add_argument("--heads", type=int, default=d.n_heads)
+    g.add_argument("--layers", type=int, default=d.n_layers, help="layers in the encoder (and in the decoder)")
+    g.add_argument("--d-ff", type=int, default=d.d_ff)
+    g.add_argument("--dropout", type=float, default=d.dropout)
+    g.add_argument("--pre-ln", action="store_true", help="pre-LN residuals instead of the paper's post-LN")
+    g.add_argument("--dtype", choices=["float32", "float64"], default=d.dtype)
+    g.add_argument("--seed", type=int, default=d.seed)
+    from .tasks.reverse import DEFAULT_TRAIN
+
+    _add_train_options(rev, DEFAULT_TRAIN, "runs/reverse")
+    rev.set_defaults(func=cmd_train_reverse)
+
+    from .tasks.translate import TranslateSettings, DEFAULT_TRAIN as MT_TRAIN
+
+    t = TranslateSettings()
+    mt = tsub.add_parser("translate", help="translation: Multi30K de<->en, or embedded number words",
+                         description="Train a translation model. With no --dataset it trains on the embedded "
+                                     "English->German number-words pair, which needs no download.",
+                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    g = mt.add_argument_group("data and model")
+    g.add_argument("--dataset", choices=["numbers", "multi30k"], default=t.dataset)
+    g.add_argument("--data-dir", default=None,
+                   help="folder holding multi30k/ (default: $NUMPYTRANSFORMER_DATA, else ../shared/data)")
+    g.add_argument("--direction", choices=["de-en", "en-de"], default="de-en", help="Multi30K direction")
+    g.add_argument("--tokenizer", choices=["word", "bpe"], default=t.tokenizer)
+    g.add_argument("--bpe-merges", type=int, default=t.bpe_merges)
+    g.add_argument("--cased", action="store_true", help="keep case (default: lower-case, as the tutorials)")
+    g.add_argument("--min-freq", type=int, default=t.min_freq, help="rarer tokens become <unk>")
+    g.add_argument("--batch-tokens", type=int, default=t.batch_tokens, help="token budget of a batch")
+    g.add_argument("--d-model", type=int, default=t.d_model)
+    g.add_argument("--heads", type=int, default=t.n_heads)
+    g.add_argument("--layers", type=int, default=t.n_layers)
+    g.add_argument("--d-ff", type=int, default=t.d_ff)
+    g.add_argument("--dropout", type=float, default=t.dropout)
+    g.add_argument("--tie", action="store_true", help="tie the target embedding and the output projection")
+    g.add_argument("--pre-ln", action="store_true")
+    g.add_argument("--dtype", choices=["float32", "float64"], default=t.dtype)
+    g.add_argument("--seed", type=int, default=t.seed)
+    _add_train_options(mt, MT_TRAIN, "runs/translate")
+    mt.set_defaults(func=cmd_train_translate)
+
+    ev = sub.add_parser("eval", help="metrics of a checkpoint on held-out data",
+                        description="Evaluate a checkpoint on held-out data (for reversal: freshly generated "
+                                    "sequences that were not trained on).")
+    ev.add_argument("--checkpoint", required=True, help="a checkpoint directory or a run directory")
+    ev.add_argument("--n", type=int, default=1000, help="how many held-out examples (default %(default)s)")
+    ev.add_argument("--seed", type=int, default=1, help="seed of the fresh sample (default %(default)s)")
+    ev.add_argument("--beam", type=int, default=1, help="beam size; 1 is greedy decoding (default %(default)s)")
+    ev.add_argument("--data-dir", default=None, help="data folder for tasks with real data (translation)")
+    ev.set_defaults(func=cmd_eval)
+    evaluate = sub.add_parser("evaluate", help="the same as eval", parents=[], add_help=True,
+                              description="The same as eval.")
+    for action in ev._actions[1:]:
+        evaluate._add_action(action)
+    evaluate.set_defaults(func=cmd_eval)
+
+    pr = sub.add_parser("predict", help="run a checkpoint on an input",
+                        description="Predict the output for one input, or for each line of standard input.")
+    pr.add_argument("--checkpoint", required=True)
+    pr.add_argument("sequence", nargs="?", help='e.g. "3 5 4 2 1"; omitted: read one per line from stdin')
+    pr.add_argument("--beam", type=int, default=1, help="beam size; 1 is greedy (default %(default)s)")
+    pr.set_defaults(func=cmd_predict)
+
+    tr = sub.add_parser("translate", help="translate with a checkpoint",
+                        description="Translate one sentence, or each line of standard input (an empty line "
+                                    "gives an empty line).")
+    tr.add_argument("--checkpoint", required=True)
+    tr.add_argument("sequence", nargs="?", help='e.g. "Ein Mann fährt Fahrrad."; omitted: read stdin')
+    tr.add_argument("--beam", type=int, default=1, help="beam size; 1 is greedy (default %(default)s)")
+    tr.set_defaults(func=cmd_predict)
+
+    at = sub.add_parser("attention", help="heatmaps of every layer and head",
+                        description="Save attention heatmaps of every layer and head for one input as a PNG.")
+    at.add_argument("--checkpoint", required=True)
+    at.add_argument("sequence")
+    at.add_argument("--out", default="attention.png", help="PNG path (default %(default)s)")
+    at.set_defaults(func=cmd_attention)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (ValueError, TypeError, KeyError, FileNotFoundError, CheckpointError) as e:
+        if os.environ.get("NUMPYTRANSFORMER_DEBUG"):
+            raise
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    return 0

@@ -1,0 +1,63 @@
+"""Attention heatmaps (matplotlib, imported only when a plot is asked for)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Sequence
+
+import numpy as np
+
+__all__ = ["plot_attention"]
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ValueError("plots need matplotlib: pip install matplotlib") from None
+    return plt
+
+
+def plot_attention(maps: Dict[str, np.ndarray], labels: Dict[str, tuple], path, title: str = "") -> Path:
+    """One heatmap per layer and head.
+
+    Parameters
+    ----------
+    maps : dict name -> weights (H, T, S) for one example
+    labels : dict name -> (query labels (T,), key labels (S,))
+    path : where to write the PNG
+    """
+    plt = _pyplot()
+    names = list(maps)
+    H = max(m.shape[0] for m in maps.values())
+    fig, axes = plt.subplots(len(names), H, figsize=(2.2 * H + 0.6, 2.3 * len(names) + 0.5), squeeze=False)
+    for r, name in enumerate(names):
+        ylab, xlab = labels[name]
+        for h in range(H):
+            ax = axes[r, h]
+            if h >= maps[name].shape[0]:
+                ax.axis("off")
+                continue
+            ax.imshow(maps[name][h], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+            ax.set_xticks(range(len(xlab)))
+            ax.set_xticklabels(xlab, fontsize=6, rotation=90)
+            ax.set_yticks(range(len(ylab)))
+            ax.set_yticklabels(ylab, fontsize=6)
+            if h == 0:
+                ax.set_ylabel(name.replace(".layers.", " L").replace("_attn", ""), fontsize=7)
+            if r == 0:
+                ax.set_title(f"head {h}", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def short_labels(tokens: Sequence[str]) -> list:
+    return [str(t)[:10] for t in tokens]
