@@ -15,9 +15,11 @@ __all__ = [
 ]
 
 #: Score given to masked positions. A large *finite* negative rather than -inf: after the
-#: max is subtracted its exponential is exactly 0 in float32 and float64, and a row in
-#: which every position is masked becomes a row of equal scores, i.e. uniform weights
-#: (the mean of the values) instead of the 0/0 = NaN that -inf would give.
+#: max is subtracted its exponential is exactly 0 in float32 and float64, and nothing
+#: becomes ``-inf - (-inf) = NaN``. A row in which *every* key is masked (a query at a
+#: padding position, say) would then be a row of equal scores, i.e. uniform weights
+#: over all keys, future ones included; such rows are set to zero weights instead, so
+#: their output is 0 and no gradient flows through them.
 MASK_VALUE = -1e9
 
 
@@ -64,7 +66,7 @@ def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Optiona
     v : ndarray, shape (..., S, d_v)
     mask : bool ndarray broadcastable to (..., T, S), optional
         True where query ``t`` may attend to key ``s``. Masked scores are set to
-        :data:`MASK_VALUE`; a fully masked row gives uniform weights, never NaN.
+        :data:`MASK_VALUE`; a fully masked row gets all-zero weights (output 0), never NaN.
 
     Returns
     -------
@@ -77,6 +79,10 @@ def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Optiona
     if mask is not None:
         np.copyto(scores, q.dtype.type(MASK_VALUE), where=~mask)
     weights = softmax(scores, out=scores)
+    if mask is not None:
+        has_key = mask.any(axis=-1, keepdims=True)
+        if not has_key.all():
+            weights *= has_key  # fully masked rows: no weight at all
     out = weights @ v
     return out, AttentionCache(q, k, v, weights, mask, scale)
 
@@ -87,7 +93,7 @@ def attention_backward(dout: np.ndarray, cache: AttentionCache):
     With :math:`P = \\text{softmax}(S)` and :math:`O = PV`: :math:`dV = P^T dO` and
     :math:`dP = dO\\,V^T`; the softmax Jacobian gives
     :math:`dS = P \\odot (dP - \\text{rowsum}(dP \\odot P))`, zero at masked positions
-    (their scores are constants); finally :math:`dQ = c\\,dS\\,K` and :math:`dK = c\\,dS^T Q`
+    (their scores are constants) and in fully masked rows (where P is 0); finally :math:`dQ = c\\,dS\\,K` and :math:`dK = c\\,dS^T Q`
     with :math:`c = 1/\\sqrt{d_k}`.
 
     Returns
@@ -100,8 +106,6 @@ def attention_backward(dout: np.ndarray, cache: AttentionCache):
     dS = dP
     dS -= np.sum(dP * P, axis=-1, keepdims=True)
     dS *= P
-    if mask is not None:
-        np.copyto(dS, 0, where=~mask)
     dS *= q.dtype.type(scale)
     dq = dS @ k
     dk = dS.swapaxes(-1, -2) @ q

@@ -85,8 +85,11 @@ class TransformerConfig:
             raise ValueError(
                 f"TransformerConfig.d_model={self.d_model} must be divisible by n_heads={self.n_heads}"
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"TransformerConfig.dropout must be in [0, 1), got {self.dropout}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
+                or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"TransformerConfig.dropout must be a number in [0, 1), got {self.dropout!r}")
+        if not isinstance(self.layernorm_eps, (int, float)) or not self.layernorm_eps > 0:
+            raise ValueError(f"TransformerConfig.layernorm_eps must be a positive number, got {self.layernorm_eps!r}")
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"TransformerConfig.dtype must be 'float32' or 'float64', got {self.dtype!r}")
         if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):

@@ -69,7 +69,9 @@ def embedding_backward(dout: np.ndarray, cache: EmbeddingCache) -> np.ndarray:
 class Embedding(Module):
     """Embedding table ``W`` (V, D), initialised N(0, 1/D) so that ``sqrt(D) * W`` has unit scale.
 
-    The pad row starts at zero and never receives a gradient, so it stays zero.
+    The pad row starts at zero and receives no gradient from the lookup, so it stays
+    zero, unless the matrix is tied to the output projection, whose pad logit does
+    give it a gradient.
     """
 
     def __init__(self, vocab_size: int, d_model: int, rng: np.random.Generator, dtype=np.float64,

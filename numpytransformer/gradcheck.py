@@ -148,9 +148,9 @@ def check_module(module, inputs: Sequence, input_names: Sequence[Optional[str]] 
                  dout: Optional[np.ndarray] = None) -> Dict[str, float]:
     """Check a module's input gradients and every parameter gradient.
 
-    ``module.forward(*inputs)`` is run with dropout fixed: if the module owns a
-    random generator ``module.rng``, its state is restored before every forward,
-    so every evaluation draws the same mask.
+    ``module.forward(*inputs)`` is run with dropout fixed: the state of every random
+    generator ``rng`` held by the module or its children is restored before each
+    forward, so every evaluation draws the same masks.
 
     Parameters
     ----------
@@ -174,12 +174,18 @@ def check_module(module, inputs: Sequence, input_names: Sequence[Optional[str]] 
     dotted names.
     """
     rng = np.random.default_rng(seed)
-    gen = getattr(module, "rng", None)
-    state = gen.bit_generator.state if gen is not None else None
+    # Every generator the module or its children draw masks from, restored before
+    # each forward so that every evaluation sees the same dropout masks.
+    gens = {}
+    for _, m in module.named_modules() if hasattr(module, "named_modules") else []:
+        gen = getattr(m, "rng", None)
+        if gen is not None:
+            gens[id(gen)] = gen
+    states = {k: g.bit_generator.state for k, g in gens.items()}
 
     def run():
-        if gen is not None:
-            gen.bit_generator.state = state
+        for k, g in gens.items():
+            g.bit_generator.state = states[k]
         return module.forward(*inputs)
 
     out = run()

@@ -157,12 +157,15 @@ class _Model(Module):
 
     def _check_dout(self, dout: np.ndarray, name: str = "dlogits") -> None:
         if self._out_shape is None:
-            raise RuntimeError(f"{type(self).__name__}.backward was called before forward: run forward first")
+            raise RuntimeError(f"{type(self).__name__}.backward was called before forward "
+                               "(or twice for one forward): run forward first")
         if not isinstance(dout, np.ndarray) or dout.shape != self._out_shape:
             shape = getattr(dout, "shape", type(dout).__name__)
             raise ValueError(f"{name} must have the shape of the last forward's output {self._out_shape}, got {shape}")
         if dout.dtype != self.cfg.np_dtype:
             raise TypeError(f"{name} must be {self.cfg.dtype} like the model, got {dout.dtype}")
+        if not np.isfinite(dout).all():
+            raise ValueError(f"{name} holds NaN or infinite values (did the loss overflow?)")
         self._out_shape = None
 
     def attention_maps(self) -> Dict[str, np.ndarray]:

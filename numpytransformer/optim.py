@@ -37,6 +37,8 @@ def clip_grad_norm(grads: Dict[str, np.ndarray], max_norm: float) -> float:
 
     Returns the norm before clipping (useful to log). Like PyTorch's ``clip_grad_norm_``.
     """
+    if not max_norm > 0:
+        raise ValueError(f"max_norm must be positive, got {max_norm}")
     norm = global_norm(grads)
     if not np.isfinite(norm):
         raise FloatingPointError(f"gradient norm is {norm}: the loss diverged (lower the learning rate)")
@@ -80,7 +82,11 @@ class Adam:
         """Apply one update from ``grads`` (same keys as the params); returns the learning rate used."""
         if grads.keys() != self.params.keys():
             missing = set(self.params) ^ set(grads)
-            raise KeyError(f"grads and params must have the same keys; these differ: {sorted(missing)[:5]}")
+            raise ValueError(f"grads and params must have the same keys; these differ: {sorted(missing)[:5]}")
+        for k, p in self.params.items():
+            if grads[k].shape != p.shape or grads[k].dtype != p.dtype:
+                raise ValueError(f"grads[{k!r}] has shape {grads[k].shape} and dtype {grads[k].dtype}, "
+                                 f"expected shape {p.shape} and dtype {p.dtype} like the parameter")
         self.t += 1
         lr = self.current_lr(self.t)
         b1, b2 = self.beta1, self.beta2

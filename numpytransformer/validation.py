@@ -13,7 +13,7 @@ def check_ids(ids, name: str, vocab_size: int, max_len: int | None = None, ndim:
     (when given) a length of at most ``max_len`` along the last axis.
     """
     arr = np.asarray(ids)
-    if arr.dtype == object or arr.dtype.kind not in "iub":
+    if arr.dtype == object or arr.dtype.kind not in "iu":
         if arr.dtype.kind == "f" and arr.size and np.all(np.mod(arr, 1) == 0):
             hint = " (it holds whole numbers: convert with .astype(np.int64))"
         else:

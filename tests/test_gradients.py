@@ -1,0 +1,496 @@
+"""Finite-difference proofs of every backward pass, from one operation to the whole model.
+
+Each case is a function returning ``{gradient name: error}`` (relative error, or the
+absolute error for a gradient that is zero, see ``numpytransformer.gradcheck``). The
+cases live in dicts keyed by an informative name that doubles as the pytest id, so a
+failure reads ``test_pair_gradients[attention-causal]`` and a script can import the
+dicts to report the largest error of each component.
+
+All checks run in float64 with ``h = 1e-5``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from numpytransformer import Transformer, TransformerClassifier, TransformerConfig, TransformerTagger
+from numpytransformer.attention import attention_backward, attention_forward, causal_mask, padding_mask
+from numpytransformer.dropout import Dropout, dropout_backward, dropout_forward
+from numpytransformer.embedding import embedding_backward, embedding_forward
+from numpytransformer.feedforward import FeedForward, ffn_backward, ffn_forward
+from numpytransformer.gradcheck import (ZERO_ATOL, check_module, check_pair, numerical_gradient_entries,
+                                        rel_error)
+from numpytransformer.layernorm import LayerNorm, layernorm_backward, layernorm_forward
+from numpytransformer.layers import DecoderLayer, EncoderLayer
+from numpytransformer.linear import Linear, linear_backward, linear_forward
+from numpytransformer.losses import cross_entropy, softmax_cross_entropy_backward, softmax_cross_entropy_forward
+from numpytransformer.models import make_rngs
+from numpytransformer.multihead import (PARAM_NAMES, MultiHeadAttention, multihead_attention_backward,
+                                        multihead_attention_forward)
+from numpytransformer.pooling import (first_token_backward, first_token_forward, mean_pool_backward,
+                                      mean_pool_forward)
+from numpytransformer.positional import positional_backward, positional_forward, sinusoidal_encoding
+from numpytransformer.relu import relu_backward, relu_forward
+
+#: Smooth operations: truncation error ~h**2 and rounding ~1e-16/h are both far below this.
+SMOOTH_TOL = 1e-7
+#: Near kinks (ReLU) and masking, where a step can land close to a non-smooth point.
+KINK_TOL = 1e-5
+#: The whole model: many kinks and a long chain of float64 rounding.
+WHOLE_MODEL_TOL = 1e-5
+
+PAD = 0
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def _mha_params(D: int, seed: int) -> dict:
+    """Random weights *and* biases, so that no term of the backward hides behind a zero."""
+    r = _rng(seed)
+    return {name: r.standard_normal((D, D) if name.startswith("W") else D) * 0.5 for name in PARAM_NAMES}
+
+
+# ---- masks shared by the attention cases (B=2, T=S=4) ----------------------------------
+_IDS = np.array([[1, 2, 3, PAD], [4, 5, PAD, PAD]])
+_PAD_MASK = padding_mask(_IDS, PAD)  # (2, 1, 1, 4)
+_CAUSAL = causal_mask(4)  # (1, 1, 4, 4)
+
+
+def _fully_masked_row_mask() -> np.ndarray:
+    """Causal and padding mask, plus query 1 of batch 0 with every key masked."""
+    mask = np.broadcast_to(_CAUSAL & _PAD_MASK, (2, 1, 4, 4)).copy()
+    mask[0, 0, 1, :] = False
+    return mask
+
+
+ATTENTION_MASKS = {
+    "none": None,
+    "padding": _PAD_MASK,
+    "causal": _CAUSAL,
+    "padding+causal": _CAUSAL & _PAD_MASK,
+    "fully-masked-row": _fully_masked_row_mask(),
+}
+
+
+# ---- functional pairs -------------------------------------------------------------------
+def linear_case():
+    r = _rng(1)
+    return check_pair(linear_forward, linear_backward,
+                      {"x": r.standard_normal((2, 3, 4)), "W": r.standard_normal((4, 5)),
+                       "b": r.standard_normal(5)}, ["x", "W", "b"])
+
+
+def relu_case():
+    # Keep every |x| > 1e-3, far from the kink at 0 compared with the step h = 1e-5: a
+    # centred difference across the kink would measure a slope of about 1/2, which
+    # neither side's derivative is.
+    r = _rng(2)
+    x = r.choice([-1.0, 1.0], size=(2, 3, 4)) * r.uniform(1e-3, 3.0, size=(2, 3, 4))
+    return check_pair(relu_forward, relu_backward, {"x": x}, ["x"])
+
+
+def dropout_case():
+    r = _rng(3)
+    p = 0.5
+    mask = (r.random((2, 3, 4)) >= p) / (1 - p)  # fixed, so the map is linear in x
+    return check_pair(dropout_forward, dropout_backward, {"x": r.standard_normal((2, 3, 4))}, ["x"],
+                      p=p, mask=mask)
+
+
+def embedding_case():
+    # pad_id=None: the plain lookup, whose true gradient includes the pad row.
+    r = _rng(4)
+    ids = np.array([[1, 2, 2, PAD], [3, 1, PAD, PAD]])
+    return check_pair(embedding_forward, embedding_backward, {"W": r.standard_normal((5, 3))}, ["W"],
+                      ids=ids, scale=np.sqrt(3.0), pad_id=None)
+
+
+def positional_case():
+    r = _rng(5)
+    return check_pair(positional_forward, positional_backward, {"x": r.standard_normal((2, 3, 6))}, ["x"],
+                      pe=sinusoidal_encoding(8, 6), offset=2)
+
+
+def _attention_case(mask_name: str):
+    def case():
+        r = _rng(6)
+        qkv = {n: r.standard_normal((2, 2, 4, 3)) for n in ("q", "k", "v")}  # (B, H, T, D/H)
+        return check_pair(attention_forward, attention_backward, qkv, ["q", "k", "v"],
+                          mask=ATTENTION_MASKS[mask_name])
+    return case
+
+
+def _mha_self_case(mask_name: str):
+    def case():
+        D, H = 6, 2
+        inputs = {"x_q": _rng(7).standard_normal((2, 4, D)), **_mha_params(D, 8)}
+        return check_pair(multihead_attention_forward, multihead_attention_backward, inputs,
+                          ["x_q", None, *PARAM_NAMES], x_kv=None, n_heads=H, mask=ATTENTION_MASKS[mask_name])
+    return case
+
+
+def _mha_cross_case(mask_name: str):
+    def case():
+        D, H = 6, 2
+        r = _rng(9)
+        inputs = {"x_q": r.standard_normal((2, 3, D)), "x_kv": r.standard_normal((2, 4, D)),
+                  **_mha_params(D, 10)}
+        return check_pair(multihead_attention_forward, multihead_attention_backward, inputs,
+                          ["x_q", "x_kv", *PARAM_NAMES], n_heads=H, mask=ATTENTION_MASKS[mask_name])
+    return case
+
+
+def layernorm_case():
+    r = _rng(11)
+    return check_pair(layernorm_forward, layernorm_backward,
+                      {"x": r.standard_normal((2, 3, 5)) * 2 + 1, "gamma": r.standard_normal(5),
+                       "beta": r.standard_normal(5)}, ["x", "gamma", "beta"], eps=1e-5)
+
+
+def ffn_case():
+    r = _rng(12)
+    inputs = {"x": r.standard_normal((2, 3, 4)), "W1": r.standard_normal((4, 6)), "b1": r.standard_normal(6),
+              "W2": r.standard_normal((6, 4)), "b2": r.standard_normal(4)}
+    pre = inputs["x"] @ inputs["W1"] + inputs["b1"]
+    assert np.abs(pre).min() > 1e-3, "a ReLU input sits on the kink: pick another seed"
+    return check_pair(ffn_forward, ffn_backward, inputs, ["x", "W1", "b1", "W2", "b2"])
+
+
+def _cross_entropy_case(label_smoothing: float, pad_id):
+    def case():
+        r = _rng(13)
+        targets = np.array([[1, 4, 2], [3, PAD, PAD]])
+        return check_pair(softmax_cross_entropy_forward, softmax_cross_entropy_backward,
+                          {"logits": r.standard_normal((2, 3, 5)) * 2}, ["logits"],
+                          targets=targets, pad_id=pad_id, label_smoothing=label_smoothing)
+    return case
+
+
+def mean_pool_case():
+    r = _rng(14)
+    valid = np.array([[True, True, True, False], [True, False, False, False]])
+    return check_pair(mean_pool_forward, mean_pool_backward, {"h": r.standard_normal((2, 4, 3))}, ["h"],
+                      valid=valid)
+
+
+def first_token_case():
+    return check_pair(first_token_forward, first_token_backward, {"h": _rng(15).standard_normal((2, 4, 3))},
+                      ["h"])
+
+
+PAIR_CASES = {
+    "linear": (linear_case, SMOOTH_TOL),
+    "relu": (relu_case, KINK_TOL),
+    "dropout-fixed-mask": (dropout_case, SMOOTH_TOL),
+    "embedding": (embedding_case, SMOOTH_TOL),
+    "positional": (positional_case, SMOOTH_TOL),
+    **{f"attention-{m}": (_attention_case(m), SMOOTH_TOL if m == "none" else KINK_TOL)
+       for m in ATTENTION_MASKS},
+    "mha-self-none": (_mha_self_case("none"), SMOOTH_TOL),
+    "mha-self-padding+causal": (_mha_self_case("padding+causal"), KINK_TOL),
+    "mha-self-fully-masked-row": (_mha_self_case("fully-masked-row"), KINK_TOL),
+    "mha-cross-none": (_mha_cross_case("none"), SMOOTH_TOL),
+    "mha-cross-padding": (_mha_cross_case("padding"), KINK_TOL),
+    "layernorm": (layernorm_case, SMOOTH_TOL),
+    "ffn": (ffn_case, KINK_TOL),
+    "cross-entropy-ls0": (_cross_entropy_case(0.0, None), SMOOTH_TOL),
+    "cross-entropy-ls0.1": (_cross_entropy_case(0.1, None), SMOOTH_TOL),
+    "cross-entropy-ls0-pad-targets": (_cross_entropy_case(0.0, PAD), SMOOTH_TOL),
+    "cross-entropy-ls0.1-pad-targets": (_cross_entropy_case(0.1, PAD), SMOOTH_TOL),
+    "mean-pool": (mean_pool_case, SMOOTH_TOL),
+    "first-token-pool": (first_token_case, SMOOTH_TOL),
+}
+
+
+def _assert_within(errors: dict, tol: float, expected_keys=None) -> None:
+    assert errors, "the check compared nothing"
+    if expected_keys is not None:
+        assert set(errors) == set(expected_keys), f"unchecked: {set(expected_keys) - set(errors)}"
+    bad = {name: err for name, err in errors.items() if not err < tol}
+    assert not bad, f"errors above {tol:g}: {bad}"
+
+
+@pytest.mark.parametrize("name", list(PAIR_CASES))
+def test_pair_gradients(name):
+    case, tol = PAIR_CASES[name]
+    _assert_within(case(), tol)
+
+
+# ---- what the finite differences alone do not say -----------------------------------------
+def test_embedding_pad_row_gets_zero_gradient():
+    """With ``pad_id`` the pad row's gradient is zeroed (a convention, like torch's padding_idx);
+    every other row equals the plain scatter-add."""
+    r = _rng(4)
+    W = r.standard_normal((5, 3))
+    ids = np.array([[1, 2, 2, PAD], [3, 1, PAD, PAD]])
+    dout = r.standard_normal((2, 4, 3))
+    _, cache = embedding_forward(ids, W, 2.0, pad_id=PAD)
+    dW = embedding_backward(dout, cache)
+    _, plain = embedding_forward(ids, W, 2.0, pad_id=None)
+    dW_plain = embedding_backward(dout, plain)
+    assert np.all(dW[PAD] == 0)
+    assert np.any(dW_plain[PAD] != 0), "the test needs a pad position with gradient"
+    np.testing.assert_array_equal(dW[1:], dW_plain[1:])
+
+
+def test_dropout_backward_zero_where_dropped():
+    r = _rng(3)
+    mask = (r.random((3, 4)) >= 0.5) * 2.0
+    _, cache = dropout_forward(r.standard_normal((3, 4)), 0.5, mask=mask)
+    dx = dropout_backward(np.ones((3, 4)), cache)
+    np.testing.assert_array_equal(dx, mask)
+
+
+def test_attention_fully_masked_row_is_zero():
+    r = _rng(6)
+    q, k, v = (r.standard_normal((2, 2, 4, 3)) for _ in range(3))
+    mask = _fully_masked_row_mask()
+    out, cache = attention_forward(q, k, v, mask)
+    assert np.all(np.isfinite(out))
+    assert np.all(out[0, :, 1] == 0)
+    assert np.all(cache.weights[0, :, 1] == 0)
+    dq, dk, dv = attention_backward(r.standard_normal(out.shape), cache)
+    assert all(np.all(np.isfinite(g)) for g in (dq, dk, dv))
+    # Nothing flows through a row with no weights: its query gets no gradient.
+    assert np.all(dq[0, :, 1] == 0)
+
+
+@pytest.mark.parametrize("mask_name", ["none", "padding+causal"])
+@pytest.mark.parametrize("kind", ["self", "cross"])
+def test_key_bias_gradient_is_zero(kind, mask_name):
+    """Adding ``b_k`` adds ``q . b_k`` to every score of a row, and softmax is shift-invariant
+    per row: ``dL/db_k`` is exactly zero. gradcheck then reports an absolute error."""
+    r = _rng(16)
+    D, H = 6, 2
+    x = r.standard_normal((2, 4, D))
+    x_kv = None if kind == "self" else r.standard_normal((2, 4, D))
+    out, cache = multihead_attention_forward(x, x_kv, **_mha_params(D, 17), n_heads=H,
+                                             mask=ATTENTION_MASKS[mask_name])
+    grads = dict(zip(PARAM_NAMES, multihead_attention_backward(r.standard_normal(out.shape), cache)[2:]))
+    assert np.max(np.abs(grads["b_k"])) < 1e-12
+    assert np.max(np.abs(grads["b_q"])) > 1e-3, "b_q, unlike b_k, does shift the scores"
+
+
+def test_cross_entropy_pad_rows_have_zero_gradient():
+    r = _rng(13)
+    targets = np.array([[1, 4, 2], [3, PAD, PAD]])
+    _, dlogits = cross_entropy(r.standard_normal((2, 3, 5)), targets, pad_id=PAD, label_smoothing=0.1)
+    assert np.all(dlogits[targets == PAD] == 0)
+    assert np.all(dlogits[targets != PAD] != 0)
+
+
+# ---- modules -------------------------------------------------------------------------------
+def _randomise(module, seed: int, scale: float = 0.5):
+    """Non-trivial parameters (LayerNorm starts at gamma=1, beta=0; biases at 0)."""
+    r = _rng(seed)
+    for p in module.parameters().values():
+        p += r.standard_normal(p.shape) * scale
+    return module
+
+
+def _with_dropout_rng(layer, drop_rng):
+    """check_module replays dropout masks by restoring ``module.rng``; an EncoderLayer or a
+    DecoderLayer keeps its generator only in its Dropout children, so hand it over."""
+    layer.rng = drop_rng
+    return layer
+
+
+def linear_module_case():
+    return check_module(_randomise(Linear(4, 3, _rng(20)), 21), [_rng(22).standard_normal((2, 3, 4))], ["x"])
+
+
+def layernorm_module_case():
+    return check_module(_randomise(LayerNorm(5), 23), [_rng(24).standard_normal((2, 3, 5))], ["x"])
+
+
+def mha_self_module_case():
+    mha = _randomise(MultiHeadAttention(6, 2, _rng(25)), 26)
+    return check_module(mha, [_rng(27).standard_normal((2, 4, 6)), None, _CAUSAL & _PAD_MASK],
+                        ["x", None, None])
+
+
+def mha_cross_module_case():
+    mha = _randomise(MultiHeadAttention(6, 2, _rng(28)), 29)
+    r = _rng(30)
+    return check_module(mha, [r.standard_normal((2, 3, 6)), r.standard_normal((2, 4, 6)), _PAD_MASK],
+                        ["x", "memory", None])
+
+
+def ffn_module_case():
+    return check_module(_randomise(FeedForward(4, 6, _rng(31)), 32), [_rng(33).standard_normal((2, 3, 4))],
+                        ["x"])
+
+
+def dropout_module_case():
+    drop = Dropout(0.3, _rng(34)).train()
+    return check_module(drop, [_rng(35).standard_normal((2, 3, 4))], ["x"])
+
+
+def _encoder_layer_case(norm_first: bool):
+    def case():
+        init_rng, drop_rng = make_rngs(36)
+        layer = EncoderLayer(6, 2, 10, 0.2, init_rng, drop_rng, norm_first=norm_first)
+        layer = _with_dropout_rng(_randomise(layer.train(), 37, 0.1), drop_rng)
+        return check_module(layer, [_rng(38).standard_normal((2, 4, 6)), _PAD_MASK], ["x", None])
+    return case
+
+
+def _decoder_layer_case(norm_first: bool):
+    def case():
+        init_rng, drop_rng = make_rngs(39)
+        layer = DecoderLayer(6, 2, 10, 0.2, init_rng, drop_rng, norm_first=norm_first)
+        layer = _with_dropout_rng(_randomise(layer.train(), 40, 0.1), drop_rng)
+        r = _rng(41)
+        x, memory = r.standard_normal((2, 4, 6)), r.standard_normal((2, 4, 6))
+        return check_module(layer, [x, memory, _CAUSAL & _PAD_MASK, _PAD_MASK], ["x", "memory", None, None])
+    return case
+
+
+MODULE_CASES = {
+    "Linear": (linear_module_case, SMOOTH_TOL),
+    "LayerNorm": (layernorm_module_case, SMOOTH_TOL),
+    "MultiHeadAttention-self-masked": (mha_self_module_case, KINK_TOL),
+    "MultiHeadAttention-cross-masked": (mha_cross_module_case, KINK_TOL),
+    "FeedForward": (ffn_module_case, KINK_TOL),
+    "Dropout-train": (dropout_module_case, SMOOTH_TOL),
+    "EncoderLayer-postLN-dropout": (_encoder_layer_case(False), KINK_TOL),
+    "EncoderLayer-preLN-dropout": (_encoder_layer_case(True), KINK_TOL),
+    "DecoderLayer-postLN-dropout": (_decoder_layer_case(False), KINK_TOL),
+    "DecoderLayer-preLN-dropout": (_decoder_layer_case(True), KINK_TOL),
+}
+
+
+@pytest.mark.parametrize("name", list(MODULE_CASES))
+def test_module_gradients(name):
+    case, tol = MODULE_CASES[name]
+    _assert_within(case(), tol)
+
+
+def test_check_module_fixes_dropout_of_a_layer_by_itself():
+    init_rng, drop_rng = make_rngs(36)
+    layer = EncoderLayer(6, 2, 10, 0.2, init_rng, drop_rng).train()
+    _assert_within(check_module(layer, [_rng(38).standard_normal((2, 4, 6)), None], ["x", None]), KINK_TOL)
+
+
+# ---- whole models --------------------------------------------------------------------------
+#: Right-padded batches; every tgt_in pad lines up with a tgt_out pad, as after shifting.
+SRC = np.array([[3, 4, 5, 6, PAD], [2, 6, 1, PAD, PAD]])  # (B, S)
+TGT_IN = np.array([[1, 2, 3, 4], [1, 5, PAD, PAD]])  # (B, T)
+TGT_OUT = np.array([[2, 3, 4, 8], [5, 8, PAD, PAD]])
+ENTRIES = 6  # random entries checked in every parameter tensor
+
+
+def tiny_config(**overrides) -> TransformerConfig:
+    cfg = dict(src_vocab_size=7, tgt_vocab_size=9, d_model=8, n_heads=2, n_layers=2, d_ff=12, max_len=8,
+               dropout=0.1, pad_id=PAD, dtype="float64", seed=0, n_classes=3)
+    cfg.update(overrides)
+    return TransformerConfig(**cfg)
+
+
+def _not_pad(targets: np.ndarray) -> np.ndarray:
+    return (targets != PAD)[..., None]
+
+
+def build_model(kind: str, norm_first: bool, tie: bool = False, pooling: str = "mean"):
+    """(model in train mode, forward inputs, dout zero at pad targets as the loss's is)."""
+    cfg = tiny_config(norm_first=norm_first, tie_embeddings=tie, pooling=pooling)
+    r = _rng(42)
+    if kind == "transformer":
+        model, inputs = Transformer(cfg), [SRC, TGT_IN]
+        dout = r.standard_normal((2, 4, 9)) * _not_pad(TGT_OUT)
+    elif kind == "tagger":
+        model, inputs = TransformerTagger(cfg), [SRC]
+        dout = r.standard_normal((2, 5, 9)) * _not_pad(SRC)
+    else:
+        model, inputs = TransformerClassifier(cfg), [SRC]
+        dout = r.standard_normal((2, 3))
+    return model.train(), inputs, dout
+
+
+def _model_case(kind: str, norm_first: bool, tie: bool = False, pooling: str = "mean"):
+    def case():
+        model, inputs, dout = build_model(kind, norm_first, tie, pooling)
+        errors = check_module(model, inputs, [None] * len(inputs), max_entries=ENTRIES, dout=dout)
+        return errors, set(model.parameters())
+    return case
+
+
+MODEL_CASES = {}
+for _ln, _nf in (("postLN", False), ("preLN", True)):
+    for _tie in (False, True):
+        MODEL_CASES[f"Transformer-{_ln}-{'tied' if _tie else 'untied'}"] = _model_case("transformer", _nf, _tie)
+    MODEL_CASES[f"TransformerTagger-{_ln}"] = _model_case("tagger", _nf)
+    for _pool in ("mean", "first"):
+        MODEL_CASES[f"TransformerClassifier-{_ln}-{_pool}"] = _model_case("classifier", _nf, pooling=_pool)
+
+
+@pytest.mark.parametrize("name", list(MODEL_CASES))
+def test_whole_model_gradients(name):
+    """Dropout on (train mode, masks replayed through ``model.rng``), padding in src and tgt."""
+    errors, param_names = MODEL_CASES[name]()
+    _assert_within(errors, WHOLE_MODEL_TOL, expected_keys=param_names)
+
+
+def test_tied_model_shares_one_matrix():
+    model, _, _ = build_model("transformer", False, tie=True)
+    params = model.parameters()
+    assert "out.linear.W" not in params and "out.b" in params
+    assert model.out.tied is model.decoder.embedder.embed
+
+
+def _entry_error(analytic: np.ndarray, numeric: np.ndarray) -> float:
+    """Relative error, or absolute where the true gradient is zero (as gradcheck does)."""
+    if np.max(np.abs(numeric)) < ZERO_ATOL:
+        return float(np.max(np.abs(analytic - numeric)))
+    return rel_error(analytic, numeric)
+
+
+def loss_case(norm_first: bool, tie: bool):
+    """Parameter gradients of ``cross_entropy(model(src, tgt_in), tgt_out)`` through ``model.backward``."""
+    def case():
+        model, _, _ = build_model("transformer", norm_first, tie)
+        state = model.rng.bit_generator.state
+
+        def loss(_=None):
+            model.rng.bit_generator.state = state  # the same dropout masks every time
+            return cross_entropy(model.forward(SRC, TGT_IN), TGT_OUT, pad_id=PAD, label_smoothing=0.1)
+
+        _, dlogits = loss()
+        model.zero_grad()
+        model.backward(dlogits)
+        grads = {k: g.copy() for k, g in model.gradients().items()}
+        r = _rng(43)
+        errors = {}
+        for name, p in model.parameters().items():
+            idx = [np.unravel_index(i, p.shape) for i in r.choice(p.size, min(4, p.size), replace=False)]
+            if name.endswith("embed.W"):
+                idx += [(PAD, 0), (PAD, 1)]  # the pad row: zero gradient, unless tied to the output
+            numeric = numerical_gradient_entries(lambda _: loss()[0], p, 1.0, idx)
+            errors[name] = _entry_error(np.array([grads[name][i] for i in idx]), numeric)
+        return errors, set(model.parameters())
+    return case
+
+
+LOSS_CASES = {
+    "Transformer-postLN-untied-loss": loss_case(False, False),
+    "Transformer-preLN-tied-loss": loss_case(True, True),
+}
+
+
+@pytest.mark.parametrize("name", list(LOSS_CASES))
+def test_end_to_end_through_loss(name):
+    errors, param_names = LOSS_CASES[name]()
+    _assert_within(errors, WHOLE_MODEL_TOL, expected_keys=param_names)
+
+
+def test_source_pad_row_gets_zero_gradient_through_loss():
+    model, _, _ = build_model("transformer", False)
+    _, dlogits = cross_entropy(model.forward(SRC, TGT_IN), TGT_OUT, pad_id=PAD, label_smoothing=0.1)
+    model.zero_grad()
+    model.backward(dlogits)
+    grads = model.gradients()
+    assert np.all(grads["encoder.embedder.embed.W"][PAD] == 0)
+    assert np.all(grads["decoder.embedder.embed.W"][PAD] == 0)
+    assert np.any(grads["encoder.embedder.embed.W"][1:] != 0)
