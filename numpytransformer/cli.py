@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -63,30 +64,47 @@ def _read_inputs(text: Optional[str]) -> List[str]:
 
 
 # ---- train ---------------------------------------------------------------------------
-def _add_train_options(p: argparse.ArgumentParser, defaults: TrainConfig, out: str) -> None:
-    g = p.add_argument_group("training")
-    g.add_argument("--epochs", type=int, default=defaults.epochs, help="passes over the training data (default %(default)s)")
-    g.add_argument("--lr-factor", type=float, default=defaults.lr_factor,
-                   help="multiplier of the Noam schedule d^-0.5*min(s^-0.5, s*w^-1.5) (default %(default)s)")
-    g.add_argument("--warmup", type=int, default=defaults.warmup, help="warm-up updates (default %(default)s)")
-    g.add_argument("--label-smoothing", type=float, default=defaults.label_smoothing, help="(default %(default)s)")
-    g.add_argument("--clip", type=float, default=defaults.clip_norm, help="clip the global gradient norm (default %(default)s; 0: off)")
-    g.add_argument("--accum", type=int, default=defaults.accum_steps, help="batches per update (gradient accumulation; default %(default)s)")
-    g.add_argument("--log-every", type=int, default=defaults.log_every, help="updates between progress lines (default %(default)s)")
-    g.add_argument("--max-minutes", type=float, default=defaults.max_minutes, help="stop after the epoch that exceeds this time")
-    g.add_argument("--out", default=out, help="run directory: checkpoints best/ and last/, history.json, curves.png (default %(default)s)")
+_TRAIN_OPTIONS = (("epochs", "epochs", int, "passes over the training data"),
+                  ("lr_factor", "lr-factor", float, "multiplier of the Noam schedule d^-0.5*min(s^-0.5, s*w^-1.5)"),
+                  ("warmup", "warmup", int, "warm-up updates"),
+                  ("label_smoothing", "label-smoothing", float, "label smoothing epsilon"),
+                  ("clip_norm", "clip", float, "clip the global gradient norm (0: off)"),
+                  ("accum_steps", "accum", int, "batches per update (gradient accumulation)"),
+                  ("log_every", "log-every", int, "updates between progress lines"),
+                  ("max_minutes", "max-minutes", float, "stop after the epoch that exceeds this many minutes"))
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except the ``None`` of options whose default comes from a recipe."""
+
+    def _get_help_string(self, action):
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _add_train_options(p: argparse.ArgumentParser, out: str, recipes: Dict[str, TrainConfig]) -> None:
+    """Training options; left unset, each takes its value from the task's recipe."""
+    g = p.add_argument_group("training", "Unset options take the recipe's value, shown in brackets.")
+    for field, flag, typ, text in _TRAIN_OPTIONS:
+        shown = ", ".join(f"{name}: {getattr(r, field)}" for name, r in recipes.items())
+        g.add_argument(f"--{flag}", dest=field, type=typ, default=None, help=f"{text} [{shown}]")
+    g.add_argument("--out", default=out, help="run directory: checkpoints best/ and last/, history.json, curves.png")
     g.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
 
 
-def _train_config(args) -> TrainConfig:
-    return TrainConfig(epochs=args.epochs, lr_factor=args.lr_factor, warmup=args.warmup,
-                       label_smoothing=args.label_smoothing, clip_norm=args.clip or None,
-                       accum_steps=args.accum, log_every=args.log_every, max_minutes=args.max_minutes)
+def _train_config(args, recipe: TrainConfig) -> TrainConfig:
+    values = {field: getattr(args, field) for field, *_ in _TRAIN_OPTIONS if getattr(args, field) is not None}
+    if values.get("clip_norm") == 0:
+        values["clip_norm"] = None
+    return dataclasses.replace(recipe, **values)
 
 
-def _run_training(task, args) -> None:
+def _run_training(task, args, recipe: TrainConfig) -> None:
     model = task.build_model()
-    trainer = Trainer(model, task, _train_config(args), args.out)
+    cfg = _train_config(args, recipe)
+    print("training settings: " + ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(cfg).items()), flush=True)
+    trainer = Trainer(model, task, cfg, args.out)
     if args.resume:
         trainer.resume()
     elif (Path(args.out) / "last" / "checkpoint.json").exists():
@@ -112,8 +130,11 @@ def _run_training(task, args) -> None:
 
 
 def cmd_train_translate(args) -> None:
-    from .tasks.translate import TranslateSettings, TranslationTask
+    from .tasks.translate import RECIPES, TranslateSettings, TranslationTask
 
+    recipe, data_defaults = RECIPES[args.dataset]
+    if args.batch_tokens is None:
+        args.batch_tokens = data_defaults["batch_tokens"]
     src_lang, tgt_lang = args.direction.split("-")
     s = TranslateSettings(dataset=args.dataset, src_lang=src_lang, tgt_lang=tgt_lang, tokenizer=args.tokenizer,
                           lowercase=not args.cased, bpe_merges=args.bpe_merges, min_freq=args.min_freq,
@@ -126,18 +147,18 @@ def cmd_train_translate(args) -> None:
     else:
         print(f"building the {args.dataset} vocabularies ...", flush=True)
         task = TranslationTask(s, data_dir=args.data_dir)
-    _run_training(task, args)
+    _run_training(task, args, recipe)
 
 
 def cmd_train_reverse(args) -> None:
-    from .tasks.reverse import ReversalTask, ReverseSettings
+    from .tasks.reverse import DEFAULT_TRAIN, ReversalTask, ReverseSettings
 
     s = ReverseSettings(formulation=args.formulation, n_symbols=args.n_symbols, min_len=args.min_len,
                         max_len=args.max_len, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test,
                         seed=args.seed, batch_size=args.batch_size, d_model=args.d_model,
                         n_heads=args.heads, n_layers=args.layers, d_ff=args.d_ff, dropout=args.dropout,
                         dtype=args.dtype, norm_first=args.pre_ln)
-    _run_training(ReversalTask(s), args)
+    _run_training(ReversalTask(s), args, DEFAULT_TRAIN)
 
 
 # ---- inference -----------------------------------------------------------------------
@@ -176,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     rev = tsub.add_parser("reverse", help="sequence reversal (the default quick demo)",
                           description="Train a Transformer to reverse sequences of integer symbols, "
                                       "e.g. '3 5 4 2 1' -> '1 2 4 5 3'.",
-                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                          formatter_class=_Formatter)
     from .tasks.reverse import ReverseSettings
 
     d = ReverseSettings()
@@ -200,16 +221,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=d.seed)
     from .tasks.reverse import DEFAULT_TRAIN
 
-    _add_train_options(rev, DEFAULT_TRAIN, "runs/reverse")
+    _add_train_options(rev, "runs/reverse", {"recipe": DEFAULT_TRAIN})
     rev.set_defaults(func=cmd_train_reverse)
 
-    from .tasks.translate import TranslateSettings, DEFAULT_TRAIN as MT_TRAIN
+    from .tasks.translate import RECIPES, TranslateSettings
 
     t = TranslateSettings()
     mt = tsub.add_parser("translate", help="translation: Multi30K de<->en, or embedded number words",
                          description="Train a translation model. With no --dataset it trains on the embedded "
                                      "English->German number-words pair, which needs no download.",
-                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                         formatter_class=_Formatter)
     g = mt.add_argument_group("data and model")
     g.add_argument("--dataset", choices=["numbers", "multi30k"], default=t.dataset)
     g.add_argument("--data-dir", default=None,
@@ -219,7 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--bpe-merges", type=int, default=t.bpe_merges)
     g.add_argument("--cased", action="store_true", help="keep case (default: lower-case, as the tutorials)")
     g.add_argument("--min-freq", type=int, default=t.min_freq, help="rarer tokens become <unk>")
-    g.add_argument("--batch-tokens", type=int, default=t.batch_tokens, help="token budget of a batch")
+    g.add_argument("--batch-tokens", type=int, default=None,
+                   help="token budget of a batch, padding included (default: 3000 for multi30k, 1000 for numbers)")
     g.add_argument("--d-model", type=int, default=t.d_model)
     g.add_argument("--heads", type=int, default=t.n_heads)
     g.add_argument("--layers", type=int, default=t.n_layers)
@@ -229,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--pre-ln", action="store_true")
     g.add_argument("--dtype", choices=["float32", "float64"], default=t.dtype)
     g.add_argument("--seed", type=int, default=t.seed)
-    _add_train_options(mt, MT_TRAIN, "runs/translate")
+    _add_train_options(mt, "runs/translate", {name: r[0] for name, r in RECIPES.items()})
     mt.set_defaults(func=cmd_train_translate)
 
     ev = sub.add_parser("eval", help="metrics of a checkpoint on held-out data",

@@ -1,0 +1,82 @@
+"""The command line end to end on a tiny run: train, predict (argument and stdin), eval,
+attention, translate, and one-line errors instead of tracebacks."""
+import subprocess
+import sys
+
+import pytest
+
+from numpytransformer.cli import main
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "rev"
+    code = main(["train", "reverse", "--n-symbols", "6", "--max-len", "6", "--n-train", "400", "--n-val", "40",
+                 "--n-test", "40", "--d-model", "16", "--d-ff", "32", "--layers", "1", "--epochs", "1",
+                 "--out", str(out)])
+    assert code == 0
+    return out
+
+
+def test_train_writes_a_run(run_dir, capsys):
+    assert (run_dir / "best" / "checkpoint.json").is_file()
+    assert (run_dir / "last" / "checkpoint.json").is_file()
+    assert (run_dir / "history.json").is_file()
+
+
+def test_predict_argument_and_stdin_keep_order(run_dir, capsys, monkeypatch):
+    assert main(["predict", "--checkpoint", str(run_dir), "3 5 4 2 1"]) == 0
+    one = capsys.readouterr().out.strip().splitlines()
+    assert len(one) == 1
+    import io
+    monkeypatch.setattr(sys, "stdin", io.StringIO("1 2 3\n4 5\n6\n"))
+    assert main(["predict", "--checkpoint", str(run_dir), "--beam", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["predict", "--checkpoint", "{run}", "3 x"], "unknown token 'x'"),
+    (["predict", "--checkpoint", "{run}", "3 99"], "unknown symbol 99"),
+    (["predict", "--checkpoint", "{run}", "1 2 3 4 5 6 1"], "longer than max_len=6"),
+    (["predict", "--checkpoint", "{run}/missing", "1 2"], "does not exist"),
+    (["eval", "--checkpoint", "{run}", "--n", "0"], "n must be at least 1"),
+])
+def test_bad_arguments_give_one_line_errors(run_dir, capsys, argv, message):
+    argv = [a.replace("{run}", str(run_dir)) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_training_into_an_existing_run_needs_resume(run_dir, capsys):
+    assert main(["train", "reverse", "--epochs", "1", "--out", str(run_dir)]) == 2
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_eval_and_attention(run_dir, tmp_path, capsys):
+    assert main(["eval", "--checkpoint", str(run_dir), "--n", "50"]) == 0
+    assert "exact_match" in capsys.readouterr().out
+    png = tmp_path / "attn.png"
+    assert main(["attention", "--checkpoint", str(run_dir), "3 5 4 2 1", "--out", str(png)]) == 0
+    assert png.stat().st_size > 1000
+
+
+def test_translate_numbers_end_to_end(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "mt"
+    assert main(["train", "translate", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--layers", "1",
+                 "--epochs", "1", "--out", str(out)]) == 0
+    capsys.readouterr()
+    import io
+    monkeypatch.setattr(sys, "stdin", io.StringIO("seven\n\ntwenty-one\n"))
+    assert main(["translate", "--checkpoint", str(out)]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # an empty line gives an empty line
+
+
+def test_help_is_clear():
+    for argv in (["--help"], ["train", "reverse", "--help"], ["train", "translate", "--help"],
+                 ["predict", "--help"], ["eval", "--help"], ["attention", "--help"], ["translate", "--help"]):
+        r = subprocess.run([sys.executable, "-m", "numpytransformer", *argv], capture_output=True, text=True)
+        assert r.returncode == 0 and "usage:" in r.stdout
