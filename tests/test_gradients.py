@@ -494,3 +494,21 @@ def test_source_pad_row_gets_zero_gradient_through_loss():
     assert np.all(grads["encoder.embedder.embed.W"][PAD] == 0)
     assert np.all(grads["decoder.embedder.embed.W"][PAD] == 0)
     assert np.any(grads["encoder.embedder.embed.W"][1:] != 0)
+
+
+def test_fused_qkv_equals_separate_projections():
+    """Self-attention multiplies by [W_q W_k W_v] at once; the plain form (a separate Q
+    projection and a K/V projection of the same x, as in cross-attention) must agree."""
+    r = _rng(40)
+    x = r.standard_normal((2, 5, 8))
+    params = _mha_params(8, 41)
+    mask = causal_mask(5)
+    fused, fc = multihead_attention_forward(x, None, **params, n_heads=2, mask=mask)
+    plain, pc = multihead_attention_forward(x, x, **params, n_heads=2, mask=mask)
+    np.testing.assert_allclose(fused, plain, rtol=0, atol=1e-13)
+    dout = r.standard_normal(fused.shape)
+    gf = multihead_attention_backward(dout, fc)
+    gp = multihead_attention_backward(dout, pc)
+    np.testing.assert_allclose(gf[0], gp[0] + gp[1], rtol=0, atol=1e-13)  # dx = dx_q + dx_kv
+    for a, b in zip(gf[2:], gp[2:]):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-13)

@@ -178,3 +178,17 @@ def test_an_interrupted_save_leaves_the_previous_checkpoint_whole(tmp_path, monk
     for k, v in before.items():
         np.testing.assert_array_equal(fresh.parameters()[k], v)
     assert not list((tmp_path / "ck").glob("*.tmp"))
+
+
+def test_translation_loss_falls_on_a_few_hundred_pairs(tmp_path):
+    """The embedded number-words pair: a few hundred pairs, seconds of training."""
+    from numpytransformer.tasks.translate import TranslateSettings, TranslationTask
+
+    task = TranslationTask(TranslateSettings(dataset="numbers", n_train=400, n_val=40, n_test=40, max_number=999,
+                                             batch_tokens=400, d_model=32, n_heads=4, n_layers=1, d_ff=64,
+                                             dropout=0.0, min_freq=1))
+    model = task.build_model()
+    trainer = Trainer(model, task, _cfg(epochs=4, warmup=40, label_smoothing=0.0), tmp_path, log=_quiet)
+    trainer.fit()
+    losses = _losses(trainer)
+    assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:3])
