@@ -29,6 +29,10 @@ def _task_from_dict(d: dict, data_dir: Optional[str] = None):
         from .tasks.translate import TranslationTask
 
         return TranslationTask.from_dict(d, data_dir=data_dir)
+    if name == "sentiment":
+        from .tasks.sentiment import SentimentTask
+
+        return SentimentTask.from_dict(d, data_dir=data_dir)
     raise CheckpointError(f"the checkpoint's task {name!r} is not known to this version")
 
 
@@ -97,11 +101,24 @@ def _train_config(args, recipe: TrainConfig) -> TrainConfig:
     values = {field: getattr(args, field) for field, *_ in _TRAIN_OPTIONS if getattr(args, field) is not None}
     if values.get("clip_norm") == 0:
         values["clip_norm"] = None
-    return dataclasses.replace(recipe, **values)
+    try:
+        return dataclasses.replace(recipe, **values)
+    except ValueError as e:
+        raise ValueError(f"--{str(e).replace('_', '-')}") from None
+
+
+def _resumed_task_dict(args) -> Optional[dict]:
+    """With --resume, the task settings the run was started with (the command line's are ignored)."""
+    if not args.resume:
+        return None
+    return read_checkpoint_meta(Path(args.out) / "last")["task"]
 
 
 def _run_training(task, args, recipe: TrainConfig) -> None:
     model = task.build_model()
+    if args.resume:
+        # Continue with the settings the run was started with; options given now override them.
+        recipe = TrainConfig(**read_checkpoint_meta(Path(args.out) / "last")["train"])
     cfg = _train_config(args, recipe)
     print("training settings: " + ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(cfg).items()), flush=True)
     trainer = Trainer(model, task, cfg, args.out)
@@ -141,13 +158,38 @@ def cmd_train_translate(args) -> None:
                           seed=args.seed, batch_tokens=args.batch_tokens, d_model=args.d_model,
                           n_heads=args.heads, n_layers=args.layers, d_ff=args.d_ff, dropout=args.dropout,
                           tie_embeddings=args.tie, dtype=args.dtype, norm_first=args.pre_ln)
-    if args.resume:
-        doc = read_checkpoint_meta(Path(args.out) / "last")
-        task = TranslationTask.from_dict(doc["task"], data_dir=args.data_dir)
+    resumed = _resumed_task_dict(args)
+    if resumed is not None:
+        task = TranslationTask.from_dict(resumed, data_dir=args.data_dir)
     else:
         print(f"building the {args.dataset} vocabularies ...", flush=True)
         task = TranslationTask(s, data_dir=args.data_dir)
     _run_training(task, args, recipe)
+
+
+def cmd_train_sentiment(args) -> None:
+    from .tasks.sentiment import SENTIMENT_TRAIN, SentimentSettings, SentimentTask
+
+    s = SentimentSettings(tokenizer=args.tokenizer, lowercase=not args.cased, bpe_merges=args.bpe_merges,
+                          vocab_size=args.vocab_size, min_freq=args.min_freq, max_tokens=args.max_tokens,
+                          truncate=args.truncate, val_fraction=args.val_fraction, n_train=args.n_train,
+                          n_test=args.n_test, seed=args.seed, batch_tokens=args.batch_tokens,
+                          max_batch_size=args.max_batch_size, d_model=args.d_model, n_heads=args.heads,
+                          n_layers=args.layers, d_ff=args.d_ff, dropout=args.dropout, pooling=args.pooling,
+                          dtype=args.dtype, norm_first=args.pre_ln)
+    if args.resume:
+        doc = read_checkpoint_meta(Path(args.out) / "last")
+        task = SentimentTask.from_dict(doc["task"], data_dir=args.data_dir)
+    else:
+        print("reading IMDB and building the vocabulary ...", flush=True)
+        start = time.perf_counter()
+        task = SentimentTask(s, data_dir=args.data_dir)
+        for split in ("train", "val"):
+            task.split_ids(split)
+        print(f"vocabulary of {len(task.vocab):,} tokens; {len(task.split_ids('train')[1]):,} training and "
+              f"{len(task.split_ids('val')[1]):,} validation reviews, encoded in "
+              f"{time.perf_counter() - start:.1f} s", flush=True)
+    _run_training(task, args, SENTIMENT_TRAIN)
 
 
 def cmd_train_reverse(args) -> None:
@@ -157,21 +199,36 @@ def cmd_train_reverse(args) -> None:
                         max_len=args.max_len, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test,
                         seed=args.seed, batch_size=args.batch_size, d_model=args.d_model,
                         n_heads=args.heads, n_layers=args.layers, d_ff=args.d_ff, dropout=args.dropout,
-                        dtype=args.dtype, norm_first=args.pre_ln)
-    _run_training(ReversalTask(s), args, DEFAULT_TRAIN)
+                        dtype=args.dtype, norm_first=args.norm == "pre")
+    resumed = _resumed_task_dict(args)
+    task = ReversalTask.from_dict(resumed) if resumed is not None else ReversalTask(s)
+    _run_training(task, args, DEFAULT_TRAIN)
 
 
 # ---- inference -----------------------------------------------------------------------
 def cmd_eval(args) -> None:
     task, model, ck = load_for_inference(args.checkpoint, args.data_dir)
-    metrics = task.evaluate_fresh(model, n=args.n, seed=args.seed, beam=args.beam)
+    n = args.n if args.n is not None else getattr(task, "default_eval_n", 1000)
+    metrics = task.evaluate_fresh(model, n=n, seed=args.seed, beam=args.beam)
     print(f"{ck}: " + " ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
 
 
 def cmd_predict(args) -> None:
     task, model, _ = load_for_inference(args.checkpoint)
     lines = _read_inputs(args.sequence)
-    for i, out in enumerate(task.predict_text(model, lines, beam=args.beam)):
+    for out in task.predict_text(model, lines, beam=args.beam):
+        print(out)
+
+
+def cmd_classify(args) -> None:
+    task, model, _ = load_for_inference(args.checkpoint)
+    name = task.to_dict()["name"]
+    if name != "sentiment":
+        raise ValueError(f"classify needs a sentiment checkpoint; {args.checkpoint} is a {name} model "
+                         "(use predict)")
+    if args.text is not None and not args.text.strip():
+        raise ValueError("the text is empty")
+    for out in task.predict_text(model, _read_inputs(args.text)):
         print(out)
 
 
@@ -216,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--layers", type=int, default=d.n_layers, help="layers in the encoder (and in the decoder)")
     g.add_argument("--d-ff", type=int, default=d.d_ff)
     g.add_argument("--dropout", type=float, default=d.dropout)
-    g.add_argument("--pre-ln", action="store_true", help="pre-LN residuals instead of the paper's post-LN")
+    g.add_argument("--norm", choices=["pre", "post"], default="pre" if d.norm_first else "post",
+                   help="residual LayerNorm placement: pre-LN trains reversal faster; post-LN is the paper's")
     g.add_argument("--dtype", choices=["float32", "float64"], default=d.dtype)
     g.add_argument("--seed", type=int, default=d.seed)
     from .tasks.reverse import DEFAULT_TRAIN
@@ -254,20 +312,57 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_options(mt, "runs/translate", {name: r[0] for name, r in RECIPES.items()})
     mt.set_defaults(func=cmd_train_translate)
 
-    ev = sub.add_parser("eval", help="metrics of a checkpoint on held-out data",
+    from .tasks.sentiment import SENTIMENT_TRAIN, SentimentSettings
+
+    c = SentimentSettings()
+    sa = tsub.add_parser("sentiment", help="IMDB movie reviews: positive or negative",
+                         description="Train the encoder-only classifier on the IMDB reviews (25,000 for "
+                                     "training and validation; the 25,000 test reviews are scored once, at "
+                                     "the end).",
+                         formatter_class=_Formatter)
+    g = sa.add_argument_group("data and model")
+    g.add_argument("--data-dir", default=None,
+                   help="folder holding imdb/imdb.csv.gz (default: $NUMPYTRANSFORMER_DATA, else ../shared/data)")
+    g.add_argument("--tokenizer", choices=["word", "bpe"], default=c.tokenizer)
+    g.add_argument("--bpe-merges", type=int, default=c.bpe_merges)
+    g.add_argument("--cased", action="store_true", help="keep case (default: lower-case)")
+    g.add_argument("--vocab-size", type=int, default=c.vocab_size, help="largest vocabulary, specials included")
+    g.add_argument("--min-freq", type=int, default=c.min_freq, help="rarer tokens become <unk>")
+    g.add_argument("--max-tokens", type=int, default=c.max_tokens, help="longer reviews are cut")
+    g.add_argument("--truncate", choices=["head+tail", "head"], default=c.truncate,
+                   help="keep the first and last halves (reviews often conclude at the end), or the start")
+    g.add_argument("--val-fraction", type=float, default=c.val_fraction,
+                   help="share of the training reviews held out for validation")
+    g.add_argument("--n-train", type=int, default=None,
+                   help="use a random subset of this many training reviews (before the validation split)")
+    g.add_argument("--n-test", type=int, default=None, help="score a random subset of this many test reviews")
+    g.add_argument("--batch-tokens", type=int, default=c.batch_tokens, help="token budget of a batch, padding "
+                                                                             "included")
+    g.add_argument("--max-batch-size", type=int, default=c.max_batch_size, help="most reviews in a batch")
+    g.add_argument("--d-model", type=int, default=c.d_model)
+    g.add_argument("--heads", type=int, default=c.n_heads)
+    g.add_argument("--layers", type=int, default=c.n_layers)
+    g.add_argument("--d-ff", type=int, default=c.d_ff)
+    g.add_argument("--dropout", type=float, default=c.dropout)
+    g.add_argument("--pooling", choices=["mean", "first"], default=c.pooling,
+                   help="mean of the token vectors, or the vector of a <bos> put in front")
+    g.add_argument("--pre-ln", action="store_true")
+    g.add_argument("--dtype", choices=["float32", "float64"], default=c.dtype)
+    g.add_argument("--seed", type=int, default=c.seed)
+    _add_train_options(sa, "runs/sentiment", {"recipe": SENTIMENT_TRAIN})
+    sa.set_defaults(func=cmd_train_sentiment)
+
+    ev = sub.add_parser("eval", aliases=["evaluate"], help="metrics of a checkpoint on held-out data",
                         description="Evaluate a checkpoint on held-out data (for reversal: freshly generated "
                                     "sequences that were not trained on).")
     ev.add_argument("--checkpoint", required=True, help="a checkpoint directory or a run directory")
-    ev.add_argument("--n", type=int, default=1000, help="how many held-out examples (default %(default)s)")
+    ev.add_argument("--n", type=int, default=None,
+                    help="how many held-out examples (default 1000; sentiment: the whole test split)")
     ev.add_argument("--seed", type=int, default=1, help="seed of the fresh sample (default %(default)s)")
     ev.add_argument("--beam", type=int, default=1, help="beam size; 1 is greedy decoding (default %(default)s)")
-    ev.add_argument("--data-dir", default=None, help="data folder for tasks with real data (translation)")
+    ev.add_argument("--data-dir", default=None,
+                    help="data folder for tasks with real data (translation, sentiment)")
     ev.set_defaults(func=cmd_eval)
-    evaluate = sub.add_parser("evaluate", help="the same as eval", parents=[], add_help=True,
-                              description="The same as eval.")
-    for action in ev._actions[1:]:
-        evaluate._add_action(action)
-    evaluate.set_defaults(func=cmd_eval)
 
     pr = sub.add_parser("predict", help="run a checkpoint on an input",
                         description="Predict the output for one input, or for each line of standard input.")
@@ -284,6 +379,14 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--beam", type=int, default=1, help="beam size; 1 is greedy (default %(default)s)")
     tr.set_defaults(func=cmd_predict)
 
+    cl = sub.add_parser("classify", help="sentiment of a review with a checkpoint",
+                        description="Print the label and its probability (e.g. 'positive 0.93') for one "
+                                    "text, or for each line of standard input (an empty line gives an "
+                                    "empty line, so the output stays aligned with the input).")
+    cl.add_argument("--checkpoint", required=True)
+    cl.add_argument("text", nargs="?", help='e.g. "This film was a delight."; omitted: read stdin')
+    cl.set_defaults(func=cmd_classify)
+
     at = sub.add_parser("attention", help="heatmaps of every layer and head",
                         description="Save attention heatmaps of every layer and head for one input as a PNG.")
     at.add_argument("--checkpoint", required=True)
@@ -297,11 +400,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except (ValueError, TypeError, KeyError, FileNotFoundError, CheckpointError) as e:
+    except (ValueError, OSError, FloatingPointError) as e:  # CheckpointError is a ValueError
         if os.environ.get("NUMPYTRANSFORMER_DEBUG"):
             raise
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"error: {msg}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -19,6 +19,28 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
+class _eval_mode:
+    """Decode with dropout off, and give the model back in the mode it was in."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __enter__(self):
+        self.was_training = self.model.training
+        self.model.eval()
+
+    def __exit__(self, *exc):
+        self.model.train(self.was_training)
+        return False
+
+
+def _forbid(logits: np.ndarray, *ids: int) -> np.ndarray:
+    """Never generate these tokens (pad, BOS): the cached and uncached decoders only agree on
+    prefixes without pad, and neither token belongs inside an output."""
+    logits[..., list(ids)] = -np.inf
+    return logits
+
+
 def _strip(row: np.ndarray, eos_id: int) -> List[int]:
     """Tokens up to (not including) the first EOS."""
     out = []
@@ -35,7 +57,7 @@ def greedy_decode(model, src: np.ndarray, max_len: int, bos_id: int = 1, eos_id:
 
     Parameters
     ----------
-    model : Transformer (in eval mode: dropout would make decoding random)
+    model : Transformer (switched to eval mode while decoding, then restored)
     src : int ndarray (B, S), padded with the model's pad id
     max_len : int
         Most tokens generated per sequence (EOS included).
@@ -46,6 +68,11 @@ def greedy_decode(model, src: np.ndarray, max_len: int, bos_id: int = 1, eos_id:
     -------
     list of B token lists, without BOS and EOS.
     """
+    with _eval_mode(model):
+        return _greedy(model, src, max_len, bos_id, eos_id, use_cache)
+
+
+def _greedy(model, src, max_len, bos_id, eos_id, use_cache):
     memory, src_mask = model.encode(src)
     B = memory.shape[0]
     max_len = min(max_len, model.cfg.max_len)
@@ -57,6 +84,7 @@ def greedy_decode(model, src: np.ndarray, max_len: int, bos_id: int = 1, eos_id:
             logits = model.decode_step(ys[:, -1:], memory, src_mask, caches, position=t)[:, -1]
         else:
             logits = model.decode(ys, memory, src_mask)[:, -1]  # (B, V), the last position only
+        _forbid(logits, model.cfg.pad_id, bos_id)
         nxt = np.where(done, eos_id, logits.argmax(axis=-1))
         ys = np.concatenate([ys, nxt[:, None]], axis=1)
         done |= nxt == eos_id
@@ -82,8 +110,13 @@ def beam_search(model, src: np.ndarray, max_len: int, beam_size: int = 4, length
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    with _eval_mode(model):
+        return _beam(model, src, max_len, beam_size, length_penalty, bos_id, eos_id)
+
+
+def _beam(model, src, max_len, K, length_penalty, bos_id, eos_id):
     memory, src_mask = model.encode(src)
-    B, K = memory.shape[0], beam_size
+    B = memory.shape[0]
     max_len = min(max_len, model.cfg.max_len)
     memory = np.repeat(memory, K, axis=0)  # (B*K, S, D): every beam reads its own sentence
     src_mask = np.repeat(src_mask, K, axis=0)
@@ -95,7 +128,8 @@ def beam_search(model, src: np.ndarray, max_len: int, beam_size: int = 4, length
     lengths = np.zeros((B, K), dtype=np.int64)
     for t in range(max_len):
         logits = model.decode_step(seqs[:, :, -1].reshape(B * K, 1), memory, src_mask, caches, position=t)
-        logp = log_softmax(logits[:, -1].astype(np.float64)).reshape(B, K, -1)  # (B, K, V)
+        logp = log_softmax(_forbid(logits[:, -1].astype(np.float64), model.cfg.pad_id, bos_id))
+        logp = logp.reshape(B, K, -1)  # (B, K, V)
         V = logp.shape[-1]
         logp[finished] = -np.inf
         logp[finished, eos_id] = 0.0  # a finished beam stays as it is

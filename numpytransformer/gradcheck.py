@@ -196,6 +196,9 @@ def check_module(module, inputs: Sequence, input_names: Sequence[Optional[str]] 
     if not isinstance(dx, tuple):
         dx = (dx,)
     differentiable = [(n, inputs[i]) for i, n in enumerate(input_names) if n is not None]
+    if len(differentiable) > len(dx):
+        raise ValueError(f"check_module: {len(differentiable)} inputs are named but backward returned "
+                         f"{len(dx)} gradients")
     targets = {name: (x, g) for (name, x), g in zip(differentiable, dx)}
     params, grads = module.parameters(), module.gradients()
     for name in params:

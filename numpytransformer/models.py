@@ -195,6 +195,7 @@ class Transformer(_Model):
         """src ids (B, S) -> (memory (B, S, D), src_mask (B, 1, 1, S))."""
         src = check_ids(src, "src", self.cfg.src_vocab_size, self.cfg.max_len)
         src_mask = padding_mask(src, self.cfg.pad_id)
+        self._out_shape = None  # the caches now belong to this call: no backward for an earlier forward
         return self.encoder(src, src_mask), src_mask
 
     def decode(self, tgt_in, memory: np.ndarray, src_mask: np.ndarray) -> np.ndarray:
@@ -203,6 +204,7 @@ class Transformer(_Model):
         check_same_batch(memory, "src", tgt_in, "tgt_in")
         T = tgt_in.shape[1]
         self_mask = causal_mask(T) & padding_mask(tgt_in, self.cfg.pad_id)  # (B, 1, T, T)
+        self._out_shape = None
         return self.out(self.decoder(tgt_in, memory, src_mask, self_mask))
 
     def decode_step(self, tokens, memory: np.ndarray, src_mask: np.ndarray, kv_caches: List[dict],
@@ -215,6 +217,7 @@ class Transformer(_Model):
         tokens = check_ids(tokens, "tokens", self.cfg.tgt_vocab_size)
         if position + tokens.shape[1] > self.cfg.max_len:
             raise ValueError(f"position {position} is past max_len={self.cfg.max_len} of the model's config")
+        self._out_shape = None
         return self.out(self.decoder(tokens, memory, src_mask, None, kv_caches, position))
 
     def forward(self, src, tgt_in) -> np.ndarray:
@@ -224,7 +227,7 @@ class Transformer(_Model):
         check_same_batch(src, "src", tgt_in, "tgt_in")
         memory, src_mask = self.encode(src)
         logits = self.decode(tgt_in, memory, src_mask)
-        self._out_shape = logits.shape
+        self._out_shape = logits.shape  # backward may now run
         return logits
 
     def backward(self, dlogits: np.ndarray) -> None:

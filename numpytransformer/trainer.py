@@ -15,7 +15,9 @@ The trainer knows nothing about a particular task. A *task* object provides:
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -49,12 +51,16 @@ class TrainConfig:
     max_minutes: Optional[float] = None
 
     def __post_init__(self):
-        if self.epochs < 1:
-            raise ValueError(f"epochs must be at least 1, got {self.epochs}")
-        if self.accum_steps < 1:
-            raise ValueError(f"accum_steps must be at least 1, got {self.accum_steps}")
+        for name in ("epochs", "warmup", "accum_steps", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not self.lr_factor > 0:
+            raise ValueError(f"lr_factor must be positive, got {self.lr_factor}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        for name in ("clip_norm", "max_minutes"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive (or None: off), got {getattr(self, name)}")
 
 
 def _fmt_time(seconds: float) -> str:
@@ -77,14 +83,15 @@ class Trainer:
         self.optimizer = Adam(model.parameters(), lr=self.schedule)
         self.history = {"steps": [], "epochs": []}
         self.epoch, self.batch_index = 0, 0
+        self.epoch_loss, self.epoch_tokens = 0.0, 0  # so far in the current epoch
         self.best_score = -np.inf
         self.log = log if log is not None else (lambda msg: print(msg, file=sys.stdout, flush=True))
 
     # ---- state --------------------------------------------------------------
-    def _meta(self, rng_state) -> dict:
+    def _meta(self) -> dict:
         return {"task": self.task.to_dict(), "train": asdict(self.cfg), "step": self.optimizer.t,
-                "epoch": self.epoch, "batch_index": self.batch_index, "best_score": self.best_score,
-                "history": self.history}
+                "epoch": self.epoch, "batch_index": self.batch_index, "epoch_loss": self.epoch_loss,
+                "epoch_tokens": self.epoch_tokens, "best_score": self.best_score, "history": self.history}
 
     def save(self, which: str = "last", rng_state=None) -> Path:
         path = self.out_dir / which
@@ -92,7 +99,7 @@ class Trainer:
         if rng_state is not None:  # the generator as it was at the last update boundary
             self.model.rng.bit_generator.state = rng_state
         try:
-            save_checkpoint(path, self.model, self._meta(rng_state),
+            save_checkpoint(path, self.model, self._meta(),
                             self.optimizer if which == "last" else None)
         finally:
             self.model.rng.bit_generator.state = saved_state
@@ -102,11 +109,13 @@ class Trainer:
         """Continue from ``out_dir/last``: weights, optimiser, RNG, position in the epoch, history."""
         path = self.out_dir / "last"
         doc = read_checkpoint_meta(path)
-        if doc["task"] != self.task.to_dict():
-            raise ValueError(f"cannot resume {path}: it was trained on a different task setting "
-                             f"({doc['task']} vs {self.task.to_dict()})")
+        mine = self.task.to_dict()
+        if doc["task"] != mine:
+            diff = sorted(k for k in set(doc["task"]) | set(mine) if doc["task"].get(k) != mine.get(k))
+            raise ValueError(f"cannot resume {path}: it was trained with different task settings ({', '.join(diff)})")
         load_checkpoint(path, self.model, self.optimizer)
         self.epoch, self.batch_index = doc["epoch"], doc["batch_index"]
+        self.epoch_loss, self.epoch_tokens = doc["epoch_loss"], doc["epoch_tokens"]
         self.best_score = doc["best_score"] if doc["best_score"] is not None else -np.inf
         self.history = doc["history"]
         self.log(f"resumed from {path} at epoch {self.epoch + 1}, update {self.optimizer.t}")
@@ -116,64 +125,51 @@ class Trainer:
         """Train until ``cfg.epochs`` (or ``cfg.max_minutes``); returns the last validation metrics."""
         cfg, model, opt = self.cfg, self.model, self.optimizer
         model.train()
-        params, grads = model.parameters(), model.gradients()
+        grads = model.gradients()
         start = time.perf_counter()
         metrics = {}
         n_batches = len(self.task.train_batches(self.epoch)) if self.epoch < cfg.epochs else 0
         total_updates = cfg.epochs * -(-max(n_batches, 1) // cfg.accum_steps)
+        first_update = opt.t
         boundary_rng = model.rng.bit_generator.state
         try:
             while self.epoch < cfg.epochs:
                 batches = self.task.train_batches(self.epoch)
                 window_tokens, window_start = 0, time.perf_counter()
-                epoch_loss, epoch_tokens = 0.0, 0
                 model.zero_grad()
-                for i in range(self.batch_index, len(batches)):
-                    loss, n_tok = self.task.forward_backward(model, batches[i], cfg.label_smoothing,
-                                                             1.0 / cfg.accum_steps)
-                    if not np.isfinite(loss):
-                        raise FloatingPointError(f"the loss became {loss} at update {opt.t + 1}: "
-                                                 "lower --lr-factor or raise --warmup")
-                    epoch_loss += loss * n_tok
-                    epoch_tokens += n_tok
+                for g0 in range(self.batch_index, len(batches), cfg.accum_steps):
+                    group = batches[g0:g0 + cfg.accum_steps]
+                    # Each batch's gradient is scaled by 1/len(group), so an update is the mean over
+                    # its batches, also for a shorter last group.
+                    losses = [self.task.forward_backward(model, b, cfg.label_smoothing, 1.0 / len(group))
+                              for b in group]
+                    loss = float(np.mean([l for l, _ in losses]))
+                    n_tok = sum(n for _, n in losses)
+                    with _deferred_interrupt():  # an update is applied whole or not at all
+                        if cfg.clip_norm:
+                            clip_grad_norm(grads, cfg.clip_norm)
+                        lr = opt.step(grads)
+                        model.zero_grad()
+                        self.batch_index = g0 + len(group)
+                        self.epoch_loss += sum(l * n for l, n in losses)
+                        self.epoch_tokens += n_tok
+                        boundary_rng = model.rng.bit_generator.state
+                        self.history["steps"].append({"step": opt.t, "epoch": self.epoch + 1,
+                                                      "loss": round(loss, 6), "lr": lr})
                     window_tokens += n_tok
-                    last_of_group = (i + 1) % cfg.accum_steps == 0 or i + 1 == len(batches)
-                    if not last_of_group:
-                        continue
-                    if cfg.clip_norm:
-                        clip_grad_norm(grads, cfg.clip_norm)
-                    lr = opt.step(grads)
-                    model.zero_grad()
-                    self.batch_index = i + 1
-                    boundary_rng = model.rng.bit_generator.state
-                    self.history["steps"].append({"step": opt.t, "epoch": self.epoch + 1, "loss": round(loss, 6),
-                                                  "lr": lr})
                     if opt.t % cfg.log_every == 0:
                         now = time.perf_counter()
                         tps = window_tokens / max(now - window_start, 1e-9)
-                        done = opt.t / max(total_updates, 1)
-                        elapsed = now - start
-                        eta = elapsed / max(done, 1e-9) - elapsed if done > 0 else 0.0
+                        done_here = opt.t - first_update
+                        eta = (now - start) / max(done_here, 1) * max(total_updates - opt.t, 0)
                         self.log(f"epoch {self.epoch + 1}/{cfg.epochs} update {opt.t} loss {loss:.4f} "
                                  f"lr {lr:.2e} tok/s {tps:,.0f} eta {_fmt_time(eta)}")
                         window_tokens, window_start = 0, now
                 model.eval()
                 metrics = self.task.validate(model)
                 model.train()
-                self.epoch += 1
-                self.batch_index = 0
-                score = metrics[self.task.selection_metric]
-                record = {"epoch": self.epoch, "step": opt.t, "train_loss": epoch_loss / max(epoch_tokens, 1),
-                          "time": round(time.perf_counter() - start, 2), **metrics}
-                self.history["epochs"].append(record)
-                shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-                self.log(f"epoch {self.epoch} done: train_loss {record['train_loss']:.4f} {shown} "
-                         f"[{_fmt_time(record['time'])}]")
-                if score > self.best_score:
-                    self.best_score = score
-                    self.save("best")
-                self.save("last")
-                atomic_write_text(self.out_dir / "history.json", json.dumps(self.history, indent=1))
+                with _deferred_interrupt():
+                    self._end_epoch(metrics, time.perf_counter() - start)
                 if cfg.max_minutes is not None and time.perf_counter() - start > 60 * cfg.max_minutes:
                     self.log(f"stopping: the time budget of {cfg.max_minutes} minutes is used up")
                     break
@@ -184,6 +180,49 @@ class Trainer:
             raise
         plot_history(self.history, self.out_dir / "curves.png", log=self.log)
         return metrics
+
+    def _end_epoch(self, metrics: dict, elapsed: float) -> None:
+        """Record the epoch, keep the best checkpoint, save the last one and the history."""
+        self.epoch += 1
+        self.batch_index = 0
+        record = {"epoch": self.epoch, "step": self.optimizer.t,
+                  "train_loss": self.epoch_loss / max(self.epoch_tokens, 1), "time": round(elapsed, 2), **metrics}
+        self.epoch_loss, self.epoch_tokens = 0.0, 0
+        self.history["epochs"].append(record)
+        shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+        self.log(f"epoch {self.epoch} done: train_loss {record['train_loss']:.4f} {shown} "
+                 f"[{_fmt_time(record['time'])}]")
+        score = metrics[self.task.selection_metric]
+        if score > self.best_score:
+            self.save("best")
+            self.best_score = score  # only once best/ holds it
+        self.save("last")
+        atomic_write_text(self.out_dir / "history.json", json.dumps(self.history, indent=1))
+
+
+class _deferred_interrupt:
+    """Hold Ctrl-C (SIGINT) until the block ends, then raise KeyboardInterrupt.
+
+    An update touches every parameter and the optimiser's moments; stopping half-way
+    would leave a state that no checkpoint should record.
+    """
+
+    def __enter__(self):
+        self.hit = False
+        self.old = None
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def _handler(self, signum, frame):
+        self.hit = True
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            signal.signal(signal.SIGINT, self.old)
+        if self.hit and exc[0] is None:
+            raise KeyboardInterrupt
+        return False
 
 
 def plot_history(history: dict, path, log=print) -> Optional[Path]:

@@ -71,7 +71,7 @@ def attention_masks(draw, B: int, T: int, S: int, fully_masked_rows: bool = Fals
     """Bool masks (B, 1, T, S), True where attention is allowed.
 
     Every row allows at least one key unless ``fully_masked_rows``; then each row
-    may also be entirely False (the case that must give uniform weights, not NaN).
+    may also be entirely False (the case that must give zero weights, not NaN).
     """
     bits = draw(arrays(np.bool_, (B, 1, T, S)))
     if not fully_masked_rows:

@@ -54,6 +54,7 @@ def test_beam_size_one_equals_greedy():
 
 def test_beam_finds_a_hypothesis_at_least_as_likely_as_greedy():
     model = _model(seed=5)
+    model.out.linear.params["b"][2] = 2.0  # so that hypotheses end with EOS and can be compared
     src = _src(6)
 
     def logprob(row, hyp):
@@ -65,11 +66,75 @@ def test_beam_finds_a_hypothesis_at_least_as_likely_as_greedy():
 
     greedy = greedy_decode(model, src, 12)
     beam = beam_search(model, src, 12, beam_size=4, length_penalty=0.0)
+    compared = 0
     for r in range(len(src)):
         if len(greedy[r]) < 12 and len(beam[r]) < 12:  # both finished with EOS
             assert logprob(r, beam[r]) >= logprob(r, greedy[r]) - 1e-9
+            compared += 1
+    assert compared >= 3
 
 
 def test_beam_size_must_be_positive():
     with pytest.raises(ValueError, match="beam_size"):
         beam_search(_model(), _src(), 5, beam_size=0)
+
+
+def _reference_beam(model, src, max_len, K, lp, bos=1, eos=2):
+    """Beam search without the KV cache: every step re-runs the decoder on whole prefixes,
+    so no cache has to be reordered. The library's cached version must agree."""
+    memory, src_mask = model.encode(src)
+    B = memory.shape[0]
+    memory, src_mask = np.repeat(memory, K, 0), np.repeat(src_mask, K, 0)
+    scores = np.full((B, K), -np.inf)
+    scores[:, 0] = 0
+    seqs = np.full((B, K, 1), bos)
+    fin = np.zeros((B, K), bool)
+    lengths = np.zeros((B, K), int)
+    for _ in range(max_len):
+        logits = model.decode(seqs.reshape(B * K, -1), memory, src_mask)[:, -1]
+        logits[:, [0, bos]] = -np.inf
+        logp = log_softmax(logits).reshape(B, K, -1)
+        V = logp.shape[-1]
+        logp[fin] = -np.inf
+        logp[fin, eos] = 0
+        cand = (scores[:, :, None] + logp).reshape(B, K * V)
+        top = np.argsort(-cand, axis=1, kind="stable")[:, :K]
+        beam, tok = top // V, top % V
+        scores = np.take_along_axis(cand, top, 1)
+        seqs = np.concatenate([np.take_along_axis(seqs, beam[:, :, None], 1), tok[:, :, None]], 2)
+        was = np.take_along_axis(fin, beam, 1)
+        lengths = np.take_along_axis(lengths, beam, 1) + ~was
+        fin = was | (tok == eos)
+        if fin.all():
+            break
+    best = (scores / ((5.0 + lengths) / 6.0) ** lp).argmax(1)
+    return [list(map(int, seqs[b, best[b], 1:][: list(seqs[b, best[b], 1:]).index(eos)]))
+            if eos in seqs[b, best[b], 1:] else list(map(int, seqs[b, best[b], 1:])) for b in range(B)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cached_beam_equals_uncached_reference_with_rows_finishing_apart(seed):
+    model = _model(seed=seed)
+    model.out.linear.params["b"][2] = 1.0  # EOS likely enough that rows finish at different steps
+    src = _src(seed)
+    ours = beam_search(model, src, 12, beam_size=3)
+    assert ours == _reference_beam(model, src, 12, 3, 0.6)
+    lengths = {len(h) for h in ours}
+    assert len(lengths) > 1 and min(lengths) < 12  # some rows finished, at different lengths
+
+
+def test_greedy_rows_finish_at_different_steps_with_and_without_cache():
+    model = _model(seed=1)
+    model.out.linear.params["b"][2] = 2.0
+    src = _src(2)
+    cached = greedy_decode(model, src, 12)
+    assert cached == greedy_decode(model, src, 12, use_cache=False)
+    assert len({len(h) for h in cached}) > 1
+
+
+def test_decoding_leaves_a_training_model_in_training_mode():
+    model = _model().train()
+    state = model.rng.bit_generator.state
+    a = greedy_decode(model, _src(), 8)
+    assert model.training and a == greedy_decode(model.eval(), _src(), 8)
+    assert model.rng.bit_generator.state == state  # no dropout mask was drawn

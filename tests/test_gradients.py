@@ -290,13 +290,6 @@ def _randomise(module, seed: int, scale: float = 0.5):
     return module
 
 
-def _with_dropout_rng(layer, drop_rng):
-    """check_module replays dropout masks by restoring ``module.rng``; an EncoderLayer or a
-    DecoderLayer keeps its generator only in its Dropout children, so hand it over."""
-    layer.rng = drop_rng
-    return layer
-
-
 def linear_module_case():
     return check_module(_randomise(Linear(4, 3, _rng(20)), 21), [_rng(22).standard_normal((2, 3, 4))], ["x"])
 
@@ -332,7 +325,7 @@ def _encoder_layer_case(norm_first: bool):
     def case():
         init_rng, drop_rng = make_rngs(36)
         layer = EncoderLayer(6, 2, 10, 0.2, init_rng, drop_rng, norm_first=norm_first)
-        layer = _with_dropout_rng(_randomise(layer.train(), 37, 0.1), drop_rng)
+        layer = _randomise(layer.train(), 37, 0.1)
         return check_module(layer, [_rng(38).standard_normal((2, 4, 6)), _PAD_MASK], ["x", None])
     return case
 
@@ -341,7 +334,7 @@ def _decoder_layer_case(norm_first: bool):
     def case():
         init_rng, drop_rng = make_rngs(39)
         layer = DecoderLayer(6, 2, 10, 0.2, init_rng, drop_rng, norm_first=norm_first)
-        layer = _with_dropout_rng(_randomise(layer.train(), 40, 0.1), drop_rng)
+        layer = _randomise(layer.train(), 40, 0.1)
         r = _rng(41)
         x, memory = r.standard_normal((2, 4, 6)), r.standard_normal((2, 4, 6))
         return check_module(layer, [x, memory, _CAUSAL & _PAD_MASK, _PAD_MASK], ["x", "memory", None, None])

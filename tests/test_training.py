@@ -62,7 +62,11 @@ def test_training_is_deterministic(tmp_path):
     assert runs[0] == runs[1]
 
 
-@pytest.mark.parametrize("accum", [1, 2])
+def _epochs(trainer):
+    return [{k: v for k, v in e.items() if k != "time"} for e in trainer.history["epochs"]]
+
+
+@pytest.mark.parametrize("accum", [1, 3])  # 10 batches an epoch: with 3, the last group holds one
 def test_resume_reproduces_the_uninterrupted_losses(tmp_path, accum):
     """Train 2 epochs straight; train 1, save, rebuild everything from disk, train 1 more: same losses."""
     task = _task()
@@ -78,6 +82,7 @@ def test_resume_reproduces_the_uninterrupted_losses(tmp_path, accum):
     second.resume()
     second.fit()
     assert _losses(second) == _losses(straight)
+    assert _epochs(second) == _epochs(straight)
     for k, v in straight.model.parameters().items():
         np.testing.assert_array_equal(second.model.parameters()[k], v)
 
@@ -111,6 +116,41 @@ def test_resume_after_an_interrupt_mid_epoch(tmp_path):
         t1.fit()
     task2 = _task()
     t2 = Trainer(task2.build_model(), task2, _cfg(accum_steps=2), tmp_path / "run", log=_quiet)
+    t2.resume()
+    t2.fit()
+    assert _losses(t2) == _losses(straight)
+    assert _epochs(t2) == _epochs(straight)
+
+
+def test_ctrl_c_during_an_update_finishes_the_update_first(tmp_path, monkeypatch):
+    """SIGINT arriving inside Adam's step is held until the update is whole; the saved state
+    then resumes to exactly the uninterrupted run."""
+    import os
+    import signal
+
+    from numpytransformer.optim import Adam
+
+    task = _task()
+    straight = Trainer(task.build_model(), task, _cfg(), tmp_path / "straight", log=_quiet)
+    straight.fit()
+
+    real_step = Adam.step
+    calls = {"n": 0}
+
+    def step_with_ctrl_c(self, grads):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            os.kill(os.getpid(), signal.SIGINT)  # arrives mid-update
+        return real_step(self, grads)
+
+    monkeypatch.setattr(Adam, "step", step_with_ctrl_c)
+    t1 = Trainer(_task().build_model(), _task(), _cfg(), tmp_path / "run", log=_quiet)
+    with pytest.raises(KeyboardInterrupt):
+        t1.fit()
+    assert t1.optimizer.t == 4  # the interrupted update was completed, not half-applied
+    monkeypatch.setattr(Adam, "step", real_step)
+    task2 = _task()
+    t2 = Trainer(task2.build_model(), task2, _cfg(), tmp_path / "run", log=_quiet)
     t2.resume()
     t2.fit()
     assert _losses(t2) == _losses(straight)

@@ -16,6 +16,8 @@ def loss_and_backward(model, inputs: Tuple[np.ndarray, ...], targets: np.ndarray
     """
     logits = model.forward(*inputs)
     loss, dlogits = cross_entropy(logits, targets, pad_id=pad_id, label_smoothing=label_smoothing)
+    if not np.isfinite(loss):
+        raise FloatingPointError(f"the loss became {loss}: training diverged; lower --lr-factor or raise --warmup")
     if scale != 1.0:
         dlogits *= dlogits.dtype.type(scale)
     model.backward(dlogits)
