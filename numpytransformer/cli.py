@@ -157,7 +157,7 @@ def cmd_train_translate(args) -> None:
                           lowercase=not args.cased, bpe_merges=args.bpe_merges, min_freq=args.min_freq,
                           seed=args.seed, batch_tokens=args.batch_tokens, d_model=args.d_model,
                           n_heads=args.heads, n_layers=args.layers, d_ff=args.d_ff, dropout=args.dropout,
-                          tie_embeddings=args.tie, dtype=args.dtype, norm_first=args.pre_ln)
+                          tie_embeddings=args.tie, dtype=args.dtype, norm_first=args.norm == "pre")
     resumed = _resumed_task_dict(args)
     if resumed is not None:
         task = TranslationTask.from_dict(resumed, data_dir=args.data_dir)
@@ -176,10 +176,10 @@ def cmd_train_sentiment(args) -> None:
                           n_test=args.n_test, seed=args.seed, batch_tokens=args.batch_tokens,
                           max_batch_size=args.max_batch_size, d_model=args.d_model, n_heads=args.heads,
                           n_layers=args.layers, d_ff=args.d_ff, dropout=args.dropout, pooling=args.pooling,
-                          dtype=args.dtype, norm_first=args.pre_ln)
-    if args.resume:
-        doc = read_checkpoint_meta(Path(args.out) / "last")
-        task = SentimentTask.from_dict(doc["task"], data_dir=args.data_dir)
+                          dtype=args.dtype, norm_first=args.norm == "pre")
+    resumed = _resumed_task_dict(args)
+    if resumed is not None:
+        task = SentimentTask.from_dict(resumed, data_dir=args.data_dir)
     else:
         print("reading IMDB and building the vocabulary ...", flush=True)
         start = time.perf_counter()
@@ -306,7 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--d-ff", type=int, default=t.d_ff)
     g.add_argument("--dropout", type=float, default=t.dropout)
     g.add_argument("--tie", action="store_true", help="tie the target embedding and the output projection")
-    g.add_argument("--pre-ln", action="store_true")
+    g.add_argument("--norm", choices=["pre", "post"], default="post",
+                   help="residual LayerNorm placement: post-LN is the paper's")
     g.add_argument("--dtype", choices=["float32", "float64"], default=t.dtype)
     g.add_argument("--seed", type=int, default=t.seed)
     _add_train_options(mt, "runs/translate", {name: r[0] for name, r in RECIPES.items()})
@@ -346,7 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dropout", type=float, default=c.dropout)
     g.add_argument("--pooling", choices=["mean", "first"], default=c.pooling,
                    help="mean of the token vectors, or the vector of a <bos> put in front")
-    g.add_argument("--pre-ln", action="store_true")
+    g.add_argument("--norm", choices=["pre", "post"], default="post",
+                   help="residual LayerNorm placement: post-LN is the paper's")
     g.add_argument("--dtype", choices=["float32", "float64"], default=c.dtype)
     g.add_argument("--seed", type=int, default=c.seed)
     _add_train_options(sa, "runs/sentiment", {"recipe": SENTIMENT_TRAIN})

@@ -92,8 +92,12 @@ class TransformerConfig:
             raise ValueError(f"TransformerConfig.layernorm_eps must be a positive number, got {self.layernorm_eps!r}")
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"TransformerConfig.dtype must be 'float32' or 'float64', got {self.dtype!r}")
-        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
-            raise ValueError(f"TransformerConfig.pad_id={self.pad_id} must be a valid id of both vocabularies")
+        if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, (int, np.integer)) \
+                or not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
+            raise ValueError(f"TransformerConfig.pad_id={self.pad_id!r} must be an id of both vocabularies, "
+                             f"in [0, {min(self.src_vocab_size, self.tgt_vocab_size)})")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise ValueError(f"TransformerConfig.seed must be a non-negative integer, got {self.seed!r}")
         if self.pooling not in ("mean", "first"):
             raise ValueError(f"TransformerConfig.pooling must be 'mean' or 'first', got {self.pooling!r}")
 

@@ -28,7 +28,7 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, pad_i
     (the uniform part covers every class, the true one included), and the loss is
 
     .. math:: L = \\frac{1}{N}\\sum_{n:\\,y_n \\ne \\text{pad}} -\\sum_v q_v \\log p_{n,v}
-              = \\frac{1}{N}\\sum_n \\Big[(1-\\epsilon)(-\\log p_{n,y_n}) + \\epsilon\\,\\overline{(-\\log p_{n,\\cdot})}\\Big]
+              = \\frac{1}{N}\\sum_{n:\\,y_n \\ne \\text{pad}} \\Big[(1-\\epsilon)(-\\log p_{n,y_n}) + \\epsilon\\,\\overline{(-\\log p_{n,\\cdot})}\\Big]
 
     averaged over the N non-pad targets. This is exactly PyTorch's
     ``F.cross_entropy(logits, y, ignore_index=pad_id, label_smoothing=eps)``. The

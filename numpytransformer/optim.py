@@ -28,8 +28,11 @@ class NoamSchedule:
 
 
 def global_norm(grads: Dict[str, np.ndarray]) -> float:
-    """:math:`\\sqrt{\\sum_i \\lVert g_i \\rVert^2}` over every gradient tensor, in float64."""
-    return float(np.sqrt(sum(np.vdot(g, g).astype(np.float64) for g in grads.values())))
+    """:math:`\\sqrt{\\sum_i \\lVert g_i \\rVert^2}` over every gradient tensor.
+
+    Each tensor's sum of squares is taken in its own dtype, the total in float64.
+    """
+    return float(np.sqrt(sum(float(np.vdot(g, g)) for g in grads.values())))
 
 
 def clip_grad_norm(grads: Dict[str, np.ndarray], max_norm: float) -> float:

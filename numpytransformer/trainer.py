@@ -237,10 +237,10 @@ def plot_history(history: dict, path, log=print) -> Optional[Path]:
         return None
     steps = [s["step"] for s in history["steps"]]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5))
-    ax1.plot(steps, [s["loss"] for s in history["steps"]], lw=0.8, label="train (per update)")
+    ax1.plot(steps, [s["loss"] for s in history["steps"]], lw=0.8, label="train (per update, label-smoothed)")
     if history["epochs"] and "val_loss" in history["epochs"][0]:
         ax1.plot([e["step"] for e in history["epochs"]], [e["val_loss"] for e in history["epochs"]], "o-",
-                 label="validation")
+                 label="validation (no smoothing)")
     ax1.set_xlabel("update")
     ax1.set_ylabel("loss")
     ax1.set_yscale("log")

@@ -145,7 +145,7 @@ def test_sizes_must_be_positive_integers(field, value):
 
 
 def test_pad_id_outside_vocabularies():
-    with pytest.raises(ValueError, match=r"TransformerConfig\.pad_id=7 must be a valid id"):
+    with pytest.raises(ValueError, match=r"TransformerConfig\.pad_id=7 must be an id of both vocabularies, in \[0, "):
         cfg(pad_id=7)
 
 

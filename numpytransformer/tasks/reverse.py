@@ -57,6 +57,9 @@ class ReverseSettings:
     def __post_init__(self):
         if self.formulation not in ("seq2seq", "tagger"):
             raise ValueError(f"formulation must be 'seq2seq' or 'tagger', got {self.formulation!r}")
+        for name in ("batch_size", "n_train", "n_val", "n_test", "d_model", "n_heads", "n_layers", "d_ff"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
 
 
 class ReversalTask:
@@ -80,7 +83,8 @@ class ReversalTask:
 
     def model_config(self) -> TransformerConfig:
         s = self.s
-        # seq2seq targets are BOS + reversed (or reversed + EOS): one longer than the input.
+        # seq2seq targets are BOS + reversed (or reversed + EOS): one longer than the input;
+        # one more position is spare.
         return TransformerConfig(src_vocab_size=self.spec.vocab_size, d_model=s.d_model, n_heads=s.n_heads,
                                  n_layers=s.n_layers, d_ff=s.d_ff, max_len=s.max_len + 2, dropout=s.dropout,
                                  pad_id=PAD, dtype=s.dtype, seed=s.seed, norm_first=s.norm_first)

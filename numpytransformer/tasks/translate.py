@@ -230,6 +230,8 @@ class TranslationTask:
 
     def evaluate_fresh(self, model, n: int = 0, seed: int = 1, beam: int = 1) -> Dict[str, float]:
         """BLEU on the test split (``n`` > 0: its first n pairs)."""
+        if n < 0:
+            raise ValueError(f"--n must be 0 (all) or positive, got {n}")
         return {"split": "test", **self.bleu(model, "test", beam=beam, limit=n or None)}
 
     # ---- the user's side -----------------------------------------------------------------
