@@ -36,7 +36,7 @@ PAD, BOS, EOS, UNK = 0, 1, 2, 3
 MULTI30K_TRAIN = TrainConfig(epochs=30, lr_factor=0.5, warmup=600, label_smoothing=0.1, clip_norm=1.0,
                              accum_steps=1, log_every=50, max_minutes=52)
 #: The embedded number-words task trains in minutes.
-NUMBERS_TRAIN = TrainConfig(epochs=10, lr_factor=1.0, warmup=300, label_smoothing=0.1, clip_norm=1.0,
+NUMBERS_TRAIN = TrainConfig(epochs=8, lr_factor=0.5, warmup=400, label_smoothing=0.1, clip_norm=1.0,
                             accum_steps=1, log_every=50)
 RECIPES = {"multi30k": (MULTI30K_TRAIN, {"batch_tokens": 3000}),
            "numbers": (NUMBERS_TRAIN, {"batch_tokens": 1000})}
