@@ -123,6 +123,15 @@ def test_state_round_trip_classifies_without_the_data(trained, tmp_path):
     assert again.to_dict() == d
 
 
+def test_n_test_subsets_the_final_report_but_not_eval(trained, synthetic_dir):
+    task, model, _ = trained
+    quick = SentimentTask.from_dict({**task.to_dict(), "n_test": 50}, data_dir=synthetic_dir)
+    assert quick.final_report(model)["n"] == 50
+    assert quick.evaluate_fresh(model)["n"] == 200
+    sample = quick.evaluate_fresh(model, n=60, seed=3)
+    assert sample["n"] == 60 and sample["split"] == "test"
+
+
 def test_attention_maps_and_pooled_map(trained):
     task, model, _ = trained
     maps, labels, output = task.attention(model, "A superb film.")
