@@ -366,20 +366,18 @@ def build_parser() -> argparse.ArgumentParser:
                     help="data folder for tasks with real data (translation, sentiment)")
     ev.set_defaults(func=cmd_eval)
 
-    pr = sub.add_parser("predict", help="run a checkpoint on an input",
-                        description="Predict the output for one input, or for each line of standard input.")
-    pr.add_argument("--checkpoint", required=True)
-    pr.add_argument("sequence", nargs="?", help='e.g. "3 5 4 2 1"; omitted: read one per line from stdin')
-    pr.add_argument("--beam", type=int, default=1, help="beam size; 1 is greedy (default %(default)s)")
-    pr.set_defaults(func=cmd_predict)
-
-    tr = sub.add_parser("translate", help="translate with a checkpoint",
-                        description="Translate one sentence, or each line of standard input (an empty line "
-                                    "gives an empty line).")
-    tr.add_argument("--checkpoint", required=True)
-    tr.add_argument("sequence", nargs="?", help='e.g. "Ein Mann fährt Fahrrad."; omitted: read stdin')
-    tr.add_argument("--beam", type=int, default=1, help="beam size; 1 is greedy (default %(default)s)")
-    tr.set_defaults(func=cmd_predict)
+    # predict and translate are one command under two names, each with its own example.
+    for name, help_text, description, example in (
+            ("predict", "run a checkpoint on an input",
+             "Predict the output for one input, or for each line of standard input.", '"3 5 4 2 1"'),
+            ("translate", "translate with a checkpoint",
+             "Translate one sentence, or each line of standard input (an empty line gives an empty line).",
+             '"Ein Mann fährt Fahrrad."')):
+        pr = sub.add_parser(name, help=help_text, description=description)
+        pr.add_argument("--checkpoint", required=True)
+        pr.add_argument("sequence", nargs="?", help=f"e.g. {example}; omitted: read one per line from stdin")
+        pr.add_argument("--beam", type=int, default=1, help="beam size; 1 is greedy (default %(default)s)")
+        pr.set_defaults(func=cmd_predict)
 
     cl = sub.add_parser("classify", help="sentiment of a review with a checkpoint",
                         description="Print the label and its probability (e.g. 'positive 0.93') for one "

@@ -222,10 +222,7 @@ class Transformer(_Model):
 
     def forward(self, src, tgt_in) -> np.ndarray:
         """Teacher-forced forward: src (B, S), tgt_in (B, T) int ids -> logits (B, T, V)."""
-        src = check_ids(src, "src", self.cfg.src_vocab_size, self.cfg.max_len)
-        tgt_in = check_ids(tgt_in, "tgt_in", self.cfg.tgt_vocab_size, self.cfg.max_len)
-        check_same_batch(src, "src", tgt_in, "tgt_in")
-        memory, src_mask = self.encode(src)
+        memory, src_mask = self.encode(src)  # encode and decode check the ids and batch sizes
         logits = self.decode(tgt_in, memory, src_mask)
         self._out_shape = logits.shape  # backward may now run
         return logits
