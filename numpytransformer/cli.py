@@ -205,6 +205,24 @@ def cmd_train_reverse(args) -> None:
     _run_training(task, args, DEFAULT_TRAIN)
 
 
+def cmd_sweep(args) -> None:
+    from .sweep import main_sweep
+    from .tasks.reverse import ReverseSettings
+
+    grid = {name: getattr(args, name) for name in ("layers", "heads", "d_model", "warmup")
+            if getattr(args, name) is not None}
+    if not grid:  # the default ablation: depth, heads, width and warm-up
+        grid = {"layers": [1, 2, 3, 4], "heads": [1, 2, 4, 8], "d_model": [32, 64, 128], "warmup": [25, 100, 400]}
+    if args.epochs < 1:
+        raise ValueError(f"--epochs must be at least 1, got {args.epochs}")
+    base = ReverseSettings(seed=args.seed)
+    if args.n_train is not None:
+        if args.n_train < 1:
+            raise ValueError(f"--n-train must be at least 1, got {args.n_train}")
+        base.n_train = args.n_train
+    main_sweep(grid, args.out, args.epochs, full_grid=args.grid, base=base)
+
+
 # ---- inference -----------------------------------------------------------------------
 def cmd_eval(args) -> None:
     task, model, ck = load_for_inference(args.checkpoint, args.data_dir)
@@ -393,6 +411,23 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("sequence")
     at.add_argument("--out", default="attention.png", help="PNG path (default %(default)s)")
     at.set_defaults(func=cmd_attention)
+
+    sw = sub.add_parser("sweep", help="ablation on reversal: which design choice matters most",
+                        description="Train one reversal model per setting, varying one factor at a time "
+                                    "around the default model (or every combination with --grid), and "
+                                    "write sweep.md, sweep.csv, sweep.json and sweep.png into --out.",
+                        formatter_class=_Formatter)
+    sw.add_argument("--layers", type=int, nargs="+", default=None, help="encoder and decoder depths")
+    sw.add_argument("--heads", type=int, nargs="+", default=None, help="attention heads")
+    sw.add_argument("--d-model", type=int, nargs="+", default=None, help="model widths")
+    sw.add_argument("--warmup", type=int, nargs="+", default=None, help="Noam warm-up updates")
+    sw.add_argument("--epochs", type=int, default=3,
+                    help="epochs of every run (the same number of updates for all; default %(default)s)")
+    sw.add_argument("--grid", action="store_true", help="every combination instead of one factor at a time")
+    sw.add_argument("--n-train", type=int, default=None, help="training sequences (default: the task's)")
+    sw.add_argument("--seed", type=int, default=0)
+    sw.add_argument("--out", default="runs/sweep", help="folder for the runs and the report (default %(default)s)")
+    sw.set_defaults(func=cmd_sweep)
     return parser
 
 
