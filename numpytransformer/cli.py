@@ -215,7 +215,7 @@ def cmd_sweep(args) -> None:
         grid = {"layers": [1, 2, 3, 4], "heads": [1, 2, 4, 8], "d_model": [32, 64, 128], "warmup": [25, 100, 400]}
     if args.epochs < 1:
         raise ValueError(f"--epochs must be at least 1, got {args.epochs}")
-    base = ReverseSettings(seed=args.seed)
+    base = ReverseSettings(seed=args.seed, formulation=args.formulation)
     if args.n_train is not None:
         if args.n_train < 1:
             raise ValueError(f"--n-train must be at least 1, got {args.n_train}")
@@ -424,6 +424,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--epochs", type=int, default=3,
                     help="epochs of every run (the same number of updates for all; default %(default)s)")
     sw.add_argument("--grid", action="store_true", help="every combination instead of one factor at a time")
+    sw.add_argument("--formulation", choices=["seq2seq", "tagger"], default="seq2seq",
+                    help="encoder-decoder, or encoder-only per-position tagger (default %(default)s)")
     sw.add_argument("--n-train", type=int, default=None, help="training sequences (default: the task's)")
     sw.add_argument("--seed", type=int, default=0)
     sw.add_argument("--out", default="runs/sweep", help="folder for the runs and the report (default %(default)s)")

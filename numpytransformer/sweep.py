@@ -199,6 +199,7 @@ def main_sweep(grid: Dict[str, Sequence[int]], out_dir, epochs: int, full_grid: 
     runs = sweep_settings(base or ReverseSettings(), default_sweep_train(epochs), grid, full_grid)
     log(f"{len(runs)} runs of {epochs} epochs each, writing to {out_dir}")
     records = run_sweep(runs, out_dir, log)
-    md = write_report(records, out_dir)
+    md = write_report(records, out_dir, title=f"Reversal ablation ({runs[0]['model'].formulation}, "
+                                               f"{epochs} epochs a run)")
     log(Path(md).read_text())
     return md

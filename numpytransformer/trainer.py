@@ -7,7 +7,8 @@ The trainer knows nothing about a particular task. A *task* object provides:
 - ``train_batches(epoch) -> list``: the epoch's batches, the same for the same seed and epoch;
 - ``forward_backward(model, batch, label_smoothing, scale) -> (loss, n_tokens)``: runs
   forward, the loss and backward (gradients scaled by ``scale``), and returns the
-  batch's mean loss and how many target tokens it had;
+  batch's mean loss and how many target tokens it had (or, for a classifier, examples:
+  the progress line names them by the task's ``count_unit``, ``"tok"`` if it has none);
 - ``validate(model) -> dict``: metrics on the validation split, including
   ``task.selection_metric`` (higher is better) that picks the best checkpoint;
 - ``to_dict()``: JSON settings from which the task can be rebuilt.
@@ -128,6 +129,7 @@ class Trainer:
         grads = model.gradients()
         start = time.perf_counter()
         metrics = {}
+        unit = getattr(self.task, "count_unit", "tok")
         n_batches = len(self.task.train_batches(self.epoch)) if self.epoch < cfg.epochs else 0
         total_updates = cfg.epochs * -(-max(n_batches, 1) // cfg.accum_steps)
         first_update = opt.t
@@ -163,7 +165,7 @@ class Trainer:
                         done_here = opt.t - first_update
                         eta = (now - start) / max(done_here, 1) * max(total_updates - opt.t, 0)
                         self.log(f"epoch {self.epoch + 1}/{cfg.epochs} update {opt.t} loss {loss:.4f} "
-                                 f"lr {lr:.2e} tok/s {tps:,.0f} eta {_fmt_time(eta)}")
+                                 f"lr {lr:.2e} {unit}/s {tps:,.0f} eta {_fmt_time(eta)}")
                         window_tokens, window_start = 0, now
                 model.eval()
                 metrics = self.task.validate(model)

@@ -258,6 +258,9 @@ class SentimentTask:
         m = self.evaluate(model, "test")
         return {"n": len(self.split_ids("test")[1]), "test_loss": m["loss"], "test_accuracy": m["accuracy"]}
 
+    #: What ``forward_backward`` counts, as the trainer's progress line names it.
+    count_unit = "reviews"
+
     #: ``eval`` without ``--n`` scores the whole test split.
     default_eval_n = 0
 
