@@ -34,12 +34,14 @@ PAD, BOS, EOS, UNK = 0, 1, 2, 3
 #: Class names by label id, as in :func:`~numpytransformer.datasets.imdb.load_imdb`.
 LABELS = ("negative", "positive")
 
-#: The IMDB recipe for the default model (d_model 128, 2 layers, 256 tokens head+tail):
-#: 533 updates of <= 8,192 tokens an epoch; peak learning rate 2.0e-3 at update 500.
-#: Measured on one thread: ~16,000 training tokens/s, so ~4.5 min an epoch (estimated
-#: ~3.2 min on two cores). The time budget stops after the epoch that crosses 16 minutes,
-#: which leaves time to score the 25,000 test reviews inside 20 minutes.
-SENTIMENT_TRAIN = TrainConfig(epochs=5, lr_factor=0.5, warmup=500, label_smoothing=0.0, clip_norm=1.0,
+#: The IMDB recipe for the default model (one layer, d_model 64, 512 tokens head+tail, a
+#: 10,000-word vocabulary, dropout 0.3): about 680 updates of <= 8,192 tokens an epoch,
+#: peak learning rate 2.8e-3 at update 500. Chosen by measurement (benchmarks/RESULTS.md):
+#: the first recipe (2 layers of d_model 128, 256 tokens, 20,000 words, dropout 0.1) reached
+#: 86.6% on test and overfitted after its second epoch; the small model sees twice as much
+#: of each review and memorises less. The best validation epoch is kept, usually the 2nd or
+#: 3rd. The time budget stops after the epoch that crosses 16 minutes.
+SENTIMENT_TRAIN = TrainConfig(epochs=4, lr_factor=0.5, warmup=500, label_smoothing=0.0, clip_norm=1.0,
                               accum_steps=1, log_every=100, max_minutes=16)
 
 
@@ -80,9 +82,9 @@ class SentimentSettings:
     tokenizer: str = "word"
     lowercase: bool = True
     bpe_merges: int = 8000
-    vocab_size: int = 20000
+    vocab_size: int = 10000
     min_freq: int = 2
-    max_tokens: int = 256
+    max_tokens: int = 512
     truncate: str = "head+tail"
     val_fraction: float = 0.1
     n_train: Optional[int] = None
@@ -90,11 +92,11 @@ class SentimentSettings:
     seed: int = 0
     batch_tokens: int = 8192
     max_batch_size: int = 128
-    d_model: int = 128
+    d_model: int = 64
     n_heads: int = 4
-    n_layers: int = 2
-    d_ff: int = 256
-    dropout: float = 0.1
+    n_layers: int = 1
+    d_ff: int = 128
+    dropout: float = 0.3
     pooling: str = "mean"
     dtype: str = "float32"
     norm_first: bool = False
