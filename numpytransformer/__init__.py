@@ -4,11 +4,12 @@ Every operation is a pair of pure functions ``*_forward(...) -> (out, cache)`` a
 ``*_backward(dout, cache) -> grads``, with thin modules on top; every backward pass
 is checked against finite differences (:mod:`numpytransformer.gradcheck`).
 """
+from . import gradcheck
 from .config import TransformerConfig
 from .models import Transformer, TransformerClassifier, TransformerTagger
 from .optim import Adam, NoamSchedule, clip_grad_norm
 
 __version__ = "0.1.0"
 
-__all__ = ["TransformerConfig", "Transformer", "TransformerTagger", "TransformerClassifier",
+__all__ = ["gradcheck", "TransformerConfig", "Transformer", "TransformerTagger", "TransformerClassifier",
            "Adam", "NoamSchedule", "clip_grad_norm"]

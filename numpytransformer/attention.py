@@ -73,6 +73,7 @@ def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Optiona
     out : ndarray, shape (..., T, d_v)
     cache : AttentionCache (holds the attention weights, shape (..., T, S))
     """
+    ### BEGIN SOLUTION 4.1: scale, the masked softmax weights of q k^T * scale, and out = weights v
     scale = 1.0 / np.sqrt(q.shape[-1])
     scores = q @ k.swapaxes(-1, -2)  # (..., T, S)
     scores *= q.dtype.type(scale)
@@ -84,6 +85,7 @@ def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Optiona
         if not has_key.all():
             weights *= has_key  # fully masked rows: no weight at all
     out = weights @ v
+    ### END SOLUTION
     return out, AttentionCache(q, k, v, weights, mask, scale)
 
 
@@ -101,6 +103,7 @@ def attention_backward(dout: np.ndarray, cache: AttentionCache):
     dq, dk, dv : ndarrays shaped like q, k, v
     """
     q, k, v, P, mask, scale = cache
+    ### BEGIN SOLUTION 4.2: dq, dk and dv of scaled dot-product attention
     dv = P.swapaxes(-1, -2) @ dout  # (..., S, d_v)
     dP = dout @ v.swapaxes(-1, -2)  # (..., T, S)
     dS = dP
@@ -109,4 +112,5 @@ def attention_backward(dout: np.ndarray, cache: AttentionCache):
     dS *= q.dtype.type(scale)
     dq = dS @ k
     dk = dS.swapaxes(-1, -2) @ q
+    ### END SOLUTION
     return dq, dk, dv

@@ -147,14 +147,6 @@ def _segment_stats(hyp, refs, prefer_shorter):
     correct, total : list of int
         Clipped matches and hypothesis n-grams, per order.
     """
-    # With several references an n-gram may match as often as its largest
-    # count in any single reference.
-    max_ref = Counter()
-    for ref in refs:
-        for gram, c in _ngrams(ref).items():
-            if c > max_ref[gram]:
-                max_ref[gram] = c
-
     hyp_len = len(hyp)
     ref_lens = [len(r) for r in refs]
     if prefer_shorter:
@@ -164,10 +156,20 @@ def _segment_stats(hyp, refs, prefer_shorter):
 
     correct = [0] * MAX_ORDER
     total = [0] * MAX_ORDER
+    # With several references an n-gram may match as often as its largest
+    # count in any single reference.
+    ### BEGIN SOLUTION 10.1: correct[n-1] and total[n-1], clipped matches and hypothesis n-grams of each order n
+    max_ref = Counter()
+    for ref in refs:
+        for gram, c in _ngrams(ref).items():
+            if c > max_ref[gram]:
+                max_ref[gram] = c
+
     for gram, c in _ngrams(hyp).items():
         n = len(gram) - 1
         total[n] += c
         correct[n] += min(c, max_ref.get(gram, 0))
+    ### END SOLUTION
     return hyp_len, ref_len, correct, total
 
 

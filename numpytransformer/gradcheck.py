@@ -152,6 +152,9 @@ def check_module(module, inputs: Sequence, input_names: Sequence[Optional[str]] 
     generator ``rng`` held by the module or its children is restored before each
     forward, so every evaluation draws the same masks.
 
+    It calls ``module.zero_grad()`` before its own backward pass, so the module's
+    gradients afterwards are those of that one pass: save any you still need first.
+
     Parameters
     ----------
     module : Module

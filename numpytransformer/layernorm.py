@@ -63,12 +63,14 @@ def layernorm_backward(dout: np.ndarray, cache: LayerNormCache):
     """
     xhat, rstd, gamma = cache
     D = xhat.shape[-1]
+    ### BEGIN SOLUTION 6.1: dx, dgamma and dbeta of LayerNorm
     dbeta = dout.reshape(-1, D).sum(axis=0)
     dgamma = (dout * xhat).reshape(-1, D).sum(axis=0)
     g = dout * gamma
     dx = g - g.mean(axis=-1, keepdims=True)
     dx -= xhat * np.mean(g * xhat, axis=-1, keepdims=True)
     dx *= rstd
+    ### END SOLUTION
     return dx, dgamma, dbeta
 
 

@@ -63,8 +63,10 @@ class EncoderLayer(Module):
         return self.sub2(x, self.ffn)
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
+        ### BEGIN SOLUTION 7.1: dx, back through the FFN sublayer, then the self-attention sublayer
         d = self.sub2.backward(dout, self.ffn.backward)
         return self.sub1.backward(d, self.self_attn.backward)
+        ### END SOLUTION
 
 
 class DecoderLayer(Module):

@@ -51,11 +51,13 @@ def linear_backward(dout: np.ndarray, cache: LinearCache):
     dx : (..., D_in),  dW : (D_in, D_out),  db : (D_out,)
     """
     x, W = cache
+    ### BEGIN SOLUTION 1.1: dx, dW and db of the affine map out = x W + b
     x2 = x.reshape(-1, x.shape[-1])  # (N, D_in)
     d2 = dout.reshape(-1, dout.shape[-1])  # (N, D_out)
     dx = (d2 @ W.T).reshape(x.shape)
     dW = x2.T @ d2
     db = d2.sum(axis=0)
+    ### END SOLUTION
     return dx, dW, db
 
 

@@ -92,6 +92,7 @@ def softmax_cross_entropy_backward(dloss: float, cache: CrossEntropyCache, inpla
     """
     probs, t, valid, n_valid, eps, shape = cache
     d = probs if inplace else probs.copy()
+    ### BEGIN SOLUTION 2.1: turn d (the softmax) into dloss * (p - q) / N, zero in pad rows
     V = d.shape[1]
     if n_valid == 0:
         d.fill(0)
@@ -100,6 +101,7 @@ def softmax_cross_entropy_backward(dloss: float, cache: CrossEntropyCache, inpla
     if eps:
         d -= d.dtype.type(eps / V)
     d *= (valid * (dloss / n_valid)).astype(d.dtype)[:, None]
+    ### END SOLUTION
     return d.reshape(shape)
 
 

@@ -32,13 +32,17 @@ class MHACache(NamedTuple):
 def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
     """(B, T, D) -> (B, H, T, D/H): head ``h`` owns the slice ``[h*D/H, (h+1)*D/H)`` of the features."""
     B, T, D = x.shape
+    ### BEGIN SOLUTION 5.1: split_heads and merge_heads, between (B, T, D) and (B, H, T, D/H)
     return x.reshape(B, T, n_heads, D // n_heads).transpose(0, 2, 1, 3)  # (B, H, T, D/H)
+    ### END SOLUTION
 
 
 def merge_heads(x: np.ndarray) -> np.ndarray:
     """(B, H, T, D/H) -> (B, T, D): the concatenation of the heads, the inverse of :func:`split_heads`."""
     B, H, T, Dh = x.shape
+    ### BEGIN SOLUTION 5.1: split_heads and merge_heads, between (B, T, D) and (B, H, T, D/H)
     return x.transpose(0, 2, 1, 3).reshape(B, T, H * Dh)  # (B, T, D)
+    ### END SOLUTION
 
 
 def multihead_attention_forward(x_q, x_kv, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, n_heads: int,
@@ -105,6 +109,7 @@ def multihead_attention_backward(dout: np.ndarray, cache: MHACache):
     dW_q, db_q, dW_k, db_k, dW_v, db_v, dW_o, db_o
     """
     in_cache, q_cache, att_cache, out_cache, H = cache
+    ### BEGIN SOLUTION 5.2: dx_q, dx_kv and the 8 parameter gradients, in reverse order of the forward
     dmerged, dW_o, db_o = linear_backward(dout, out_cache)
     datt = split_heads(dmerged, H)  # (B, H, T, D/H)
     dq, dk, dv = attention_backward(datt, att_cache)
@@ -127,6 +132,7 @@ def multihead_attention_backward(dout: np.ndarray, cache: MHACache):
         dx_kv, dW, db = linear_backward(dkv.reshape(B, S, 2 * D), in_cache)
         dW_k, dW_v = np.split(dW, 2, axis=1)
         db_k, db_v = np.split(db, 2)
+    ### END SOLUTION
     return dx_q, dx_kv, dW_q, db_q, dW_k, db_k, dW_v, db_v, dW_o, db_o
 
 

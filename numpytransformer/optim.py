@@ -24,7 +24,9 @@ class NoamSchedule:
     def __call__(self, step: int) -> float:
         """The learning rate for update number ``step`` (counting from 1)."""
         step = max(int(step), 1)
+        ### BEGIN SOLUTION 8.1: the learning rate: linear warm-up to a peak at step warmup, then 1/sqrt(step) decay
         return self.factor * self.d_model ** -0.5 * min(step ** -0.5, step * self.warmup ** -1.5)
+        ### END SOLUTION
 
 
 def global_norm(grads: Dict[str, np.ndarray]) -> float:
@@ -42,6 +44,7 @@ def clip_grad_norm(grads: Dict[str, np.ndarray], max_norm: float) -> float:
     """
     if not max_norm > 0:
         raise ValueError(f"max_norm must be positive, got {max_norm}")
+    ### BEGIN SOLUTION 8.3: norm of all gradients; scale them all in place if norm > max_norm
     norm = global_norm(grads)
     if not np.isfinite(norm):
         raise FloatingPointError(f"gradient norm is {norm}: the loss diverged (lower the learning rate)")
@@ -49,6 +52,7 @@ def clip_grad_norm(grads: Dict[str, np.ndarray], max_norm: float) -> float:
         scale = max_norm / (norm + 1e-6)
         for g in grads.values():
             g *= g.dtype.type(scale)
+    ### END SOLUTION
     return norm
 
 
@@ -93,6 +97,7 @@ class Adam:
         self.t += 1
         lr = self.current_lr(self.t)
         b1, b2 = self.beta1, self.beta2
+        ### BEGIN SOLUTION 8.2: update the moments self.m, self.v and every parameter in place, bias-corrected
         # Fold both bias corrections into one step size, as the Adam paper's section 2 suggests.
         step_size = lr * np.sqrt(1 - b2 ** self.t) / (1 - b1 ** self.t)
         eps_hat = self.eps * np.sqrt(1 - b2 ** self.t)
@@ -106,6 +111,7 @@ class Adam:
             denom = np.sqrt(v)
             denom += dt(eps_hat)
             p -= dt(step_size) * (m / denom)
+        ### END SOLUTION
         return lr
 
     # ---- checkpointing --------------------------------------------------

@@ -1,4 +1,9 @@
-"""Attention heatmaps (matplotlib, imported only when a plot is asked for)."""
+"""Attention heatmaps (matplotlib, imported only when a plot is asked for).
+
+Figures are built as ``matplotlib.figure.Figure`` objects and written straight to a file,
+without pyplot: the library never switches matplotlib's backend, so plots shown inline in
+a notebook keep working after the library has written a PNG.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,15 +14,13 @@ import numpy as np
 __all__ = ["plot_attention"]
 
 
-def _pyplot():
+def new_figure(**kwargs):
+    """A matplotlib ``Figure`` that is not registered with pyplot (so nothing to close)."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
     except ImportError:
         raise ValueError("plots need matplotlib: pip install matplotlib") from None
-    return plt
+    return Figure(**kwargs)
 
 
 def plot_attention(maps: Dict[str, np.ndarray], labels: Dict[str, tuple], path, title: str = "") -> Path:
@@ -29,10 +32,10 @@ def plot_attention(maps: Dict[str, np.ndarray], labels: Dict[str, tuple], path, 
     labels : dict name -> (query labels (T,), key labels (S,))
     path : where to write the PNG
     """
-    plt = _pyplot()
     names = list(maps)
     H = max(m.shape[0] for m in maps.values())
-    fig, axes = plt.subplots(len(names), H, figsize=(2.2 * H + 0.6, 2.3 * len(names) + 0.5), squeeze=False)
+    fig = new_figure(figsize=(2.2 * H + 0.6, 2.3 * len(names) + 0.5))
+    axes = fig.subplots(len(names), H, squeeze=False)
     for r, name in enumerate(names):
         ylab, xlab = labels[name]
         for h in range(H):
@@ -55,7 +58,6 @@ def plot_attention(maps: Dict[str, np.ndarray], labels: Dict[str, tuple], path, 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

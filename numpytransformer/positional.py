@@ -15,12 +15,14 @@ def sinusoidal_encoding(max_len: int, d_model: int, dtype=np.float64) -> np.ndar
 
     Computed in float64 and then cast, so float32 and float64 tables agree to float32 precision.
     """
+    ### BEGIN SOLUTION 3.2: pe, the float64 (max_len, d_model) table: sines in even columns, cosines in odd ones
     pos = np.arange(max_len, dtype=np.float64)[:, None]  # (L, 1)
     i2 = np.arange(0, d_model, 2, dtype=np.float64)  # the even indices 2i
     angle = pos / np.power(10000.0, i2 / d_model)  # (L, ceil(D/2))
     pe = np.zeros((max_len, d_model), dtype=np.float64)
     pe[:, 0::2] = np.sin(angle)
     pe[:, 1::2] = np.cos(angle[:, : d_model // 2])
+    ### END SOLUTION
     return pe.astype(dtype)
 
 

@@ -22,7 +22,9 @@ def relu_forward(x: np.ndarray):
 
 def relu_backward(dout: np.ndarray, cache: ReLUCache) -> np.ndarray:
     """The derivative is 1 where ``x > 0`` and 0 elsewhere (0 is chosen at the kink)."""
+    ### BEGIN SOLUTION 1.2: dx of ReLU, dout where x > 0 and 0 elsewhere
     return dout * cache.positive
+    ### END SOLUTION
 
 
 class ReLU(Module):

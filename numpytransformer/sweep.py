@@ -169,10 +169,10 @@ def write_report(records: List[dict], out_dir, title: str = "Reversal ablation")
     atomic_write_text(md, "\n".join(lines) + "\n")
 
     if effects:
-        from .plotting import _pyplot
+        from .plotting import new_figure
 
-        plt = _pyplot()
-        fig, axes = plt.subplots(1, len(effects), figsize=(3.2 * len(effects), 3.0), squeeze=False)
+        fig = new_figure(figsize=(3.2 * len(effects), 3.0))
+        axes = fig.subplots(1, len(effects), squeeze=False)
         for ax, (name, e) in zip(axes[0], effects.items()):
             xs = list(e["accuracy"])
             ax.plot(range(len(xs)), [100 * a for a in e["accuracy"].values()], "o-")
@@ -184,7 +184,6 @@ def write_report(records: List[dict], out_dir, title: str = "Reversal ablation")
         fig.suptitle(title)
         fig.tight_layout()
         fig.savefig(out_dir / "sweep.png", dpi=110)
-        plt.close(fig)
     return md
 
 

@@ -229,16 +229,15 @@ class _deferred_interrupt:
 
 def plot_history(history: dict, path, log=print) -> Optional[Path]:
     """Loss and learning-rate curves as a PNG (needs matplotlib; skipped with a note without it)."""
-    try:
-        import matplotlib
+    from .plotting import new_figure
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    try:
+        fig = new_figure(figsize=(10, 3.5))
+    except ValueError:
         log("matplotlib is not installed: no curves.png (pip install matplotlib)")
         return None
     steps = [s["step"] for s in history["steps"]]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5))
+    ax1, ax2 = fig.subplots(1, 2)
     ax1.plot(steps, [s["loss"] for s in history["steps"]], lw=0.8, label="train (per update, label-smoothed)")
     if history["epochs"] and "val_loss" in history["epochs"][0]:
         ax1.plot([e["step"] for e in history["epochs"]], [e["val_loss"] for e in history["epochs"]], "o-",
@@ -253,5 +252,4 @@ def plot_history(history: dict, path, log=print) -> Optional[Path]:
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return path

@@ -10,7 +10,10 @@ German writes a number below a million as one compound word
 ("dreihundertsiebenundvierzig"), which gives a word-level model nothing to align.
 With ``spaced=True`` (the default) the German side is written as its morphemes
 separated by spaces, in German order. The units-before-tens swap ("sieben und
-vierzig" for "forty-seven") then shows as a crossing in the attention heatmap.
+vierzig" for "forty-seven") shows as a crossing in the attention heatmap when the
+English side is cut into subword units (the BPE tokenizer of the translation task);
+a word-level tokenizer keeps "forty-seven" one token, so both German morphemes
+attend to the same column and there is nothing to cross.
 
 Conventions
 -----------

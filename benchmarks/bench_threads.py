@@ -1,0 +1,98 @@
+"""How many BLAS threads should the sentiment classifier train with?
+
+Times one training update of the sentiment recipe's model (``SentimentSettings()``: one
+encoder layer, d_model 64, 4 heads, d_ff 128, a 10,000-word vocabulary, dropout 0.3) on
+batches of the shapes its length buckets produce (8,192 tokens: 16 x 512, 32 x 256,
+64 x 128), once with each thread count. Each thread count runs in its own subprocess, one
+after the other, because OpenBLAS reads ``OPENBLAS_NUM_THREADS`` when NumPy is imported.
+
+    python benchmarks/bench_threads.py                 # 1 and 2 threads, 20 updates a shape
+    python benchmarks/bench_threads.py --threads 1 2 --steps 40 --json out.json
+
+An update is what the trainer does: forward, cross-entropy, zero_grad, backward, clipping
+and Adam. The figure is the median update time per shape and the reviews per second over
+all three shapes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+SHAPES = [(16, 512), (32, 256), (64, 128)]
+
+
+def worker(steps: int, warmup: int) -> dict:
+    import numpy as np
+
+    from numpytransformer.config import TransformerConfig
+    from numpytransformer.losses import cross_entropy
+    from numpytransformer.models import TransformerClassifier
+    from numpytransformer.optim import Adam, clip_grad_norm
+    from numpytransformer.tasks.sentiment import SentimentSettings
+
+    s = SentimentSettings()
+    model = TransformerClassifier(TransformerConfig(
+        src_vocab_size=s.vocab_size, d_model=s.d_model, n_heads=s.n_heads, n_layers=s.n_layers, d_ff=s.d_ff,
+        max_len=s.max_tokens + 1, dropout=s.dropout, pad_id=0, dtype=s.dtype, seed=0, norm_first=s.norm_first,
+        n_classes=2, pooling=s.pooling))
+    model.train()
+    opt = Adam(model.parameters(), lr=1e-4)
+    rng = np.random.default_rng(0)
+    out = {}
+    for B, T in SHAPES:
+        x = rng.integers(4, s.vocab_size, size=(B, T))
+        y = rng.integers(0, 2, size=B)
+        times = []
+        for i in range(warmup + steps):
+            start = time.perf_counter()
+            logits = model.forward(x)
+            _, dlogits = cross_entropy(logits, y)
+            model.zero_grad()
+            model.backward(dlogits)
+            grads = model.gradients()
+            clip_grad_norm(grads, 1.0)
+            opt.step(grads)
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+        out[f"{B}x{T}"] = float(np.median(times))
+    out["reviews_per_s"] = sum(B for B, _ in SHAPES) / sum(out[f"{B}x{T}"] for B, T in SHAPES)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args.steps, args.warmup)))
+        return 0
+    results = {}
+    for n in args.threads:
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(n), OMP_NUM_THREADS=str(n))
+        proc = subprocess.run([sys.executable, __file__, "--worker", "--steps", str(args.steps),
+                               "--warmup", str(args.warmup)], env=env, capture_output=True, text=True, check=True)
+        results[n] = json.loads(proc.stdout.strip().splitlines()[-1])
+        r = results[n]
+        print(f"{n} thread(s): " + ", ".join(f"{k} {1000 * r[k]:.0f} ms" for k in r if k != "reviews_per_s")
+              + f"; {r['reviews_per_s']:.0f} reviews/s", flush=True)
+    if len(results) > 1:
+        first = args.threads[0]
+        for n in args.threads[1:]:
+            print(f"{n} threads / {first}: {results[n]['reviews_per_s'] / results[first]['reviews_per_s']:.2f}x "
+                  "the reviews per second")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"threads": results, "steps": args.steps}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
