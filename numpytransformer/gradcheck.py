@@ -126,11 +126,15 @@ def check_pair(
     zero up to finite-difference noise, the absolute error instead.
     """
     rng = np.random.default_rng(seed)
-    out, cache = forward(**inputs, **static)
+    # The backward works on copies: one that writes into dout or an input (through its
+    # cache) must not change what the finite differences are computed from.
+    pristine = {k: np.array(v, copy=True) for k, v in inputs.items()}
+    out, cache = forward(**{k: v.copy() for k, v in pristine.items()}, **static)
     dout = rng.standard_normal(np.shape(out))
-    grads = backward(dout, cache)
+    grads = backward(dout.copy(), cache)
     if not isinstance(grads, tuple):
         grads = (grads,)
+    inputs = {k: v.copy() for k, v in pristine.items()}
     if len(grads) != len(wrt):
         raise ValueError(f"check_pair: backward returned {len(grads)} gradients but wrt names {len(wrt)}")
     errors = {}

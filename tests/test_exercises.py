@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from numpytransformer.exercises import BY_ID, EXERCISES
@@ -184,7 +185,8 @@ def edition(tmp_path_factory):
 
 def test_edition_holds_the_repository_without_solutions(edition):
     for name in ("EXERCISES.md", "README.md", "setup.cfg", "pyproject.toml", "data/README.md",
-                 "numpytransformer/__init__.py", "numpytransformer/datasets/__init__.py"):
+                 "numpytransformer/__init__.py", "numpytransformer/datasets/__init__.py",
+                 "benchmarks/results/sweep-reverse-seq2seq.json", "lessons/11_ablation.ipynb"):
         assert (edition / name).is_file(), name
     assert not (edition / "tests").exists()
     assert not list(edition.rglob("__pycache__"))
@@ -282,3 +284,25 @@ def test_each_exercise_passes_once_it_and_what_it_needs_are_written(tmp_path):
     for e in EXERCISES:
         r = _run(["-c", script, e.id], tmp_path / e.id)
         assert " ... passed (" in r.stdout, (e.id, r.stdout, r.stderr)
+
+
+def test_a_backward_that_overwrites_dout_is_not_graded_against_its_own_output(tmp_path):
+    """Writing into dout must not change the reference: ``dout *= 0; return dout`` fails."""
+    edition_dir = tmp_path / "edition"
+    build_edition(edition_dir)
+    _implement(edition_dir, "1.2", "    dout *= 0\n    return dout\n")
+    r = _run(["-m", "numpytransformer.exercises", "check", "1.2"], edition_dir)
+    assert r.returncode == 1, r.stdout
+    assert _check_lines(r.stdout)[0].startswith("1.2 relu_backward ... FAILED: dx:"), r.stdout
+
+
+def test_check_pair_is_not_fooled_by_a_backward_that_writes_into_dout():
+    from numpytransformer.gradcheck import check_pair
+    from numpytransformer.relu import relu_forward
+
+    def lazy_backward(dout, cache):
+        dout *= 0
+        return dout
+
+    x = np.random.default_rng(0).standard_normal((3, 4))
+    assert check_pair(relu_forward, lazy_backward, {"x": x}, wrt=("x",))["x"] > 0.5

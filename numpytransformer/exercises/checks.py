@@ -140,13 +140,17 @@ def _pair(g: Grader, forward, backward, inputs: Dict[str, np.ndarray], wrt, tol:
     """check_pair of :mod:`gradcheck`, one gradient at a time, with a hint for each failure."""
     from ..gradcheck import numerical_gradient
 
-    out, cache = forward(**inputs, **static)
+    # The backward gets its own copies of dout and the inputs: one that writes into them must
+    # not change the reference it is checked against.
+    pristine = {k: np.array(v, copy=True) for k, v in inputs.items()}
+    out, cache = forward(**{k: v.copy() for k, v in pristine.items()}, **static)
     dout = _rng(seed).standard_normal(np.shape(out))
-    grads = backward(dout, cache)
+    grads = backward(dout.copy(), cache)
     if not isinstance(grads, tuple):
         grads = (grads,)
     # Copies, in case a returned array shares memory with an input that the finite differences perturb.
     grads = tuple(gr.copy() if isinstance(gr, np.ndarray) else gr for gr in grads)
+    inputs = {k: v.copy() for k, v in pristine.items()}
     if len(grads) != len(wrt):
         names = ", ".join("d" + n if n else "None" for n in wrt)
         g.fail(f"backward returned {len(grads)} value(s), expected {len(wrt)}: {names} [{case}]")

@@ -31,7 +31,9 @@ _END = re.compile(r"^(?P<indent>[ \t]*)### END SOLUTION\s*$")
 _LOOSE = re.compile(r"^\s*#+\s*(BEGIN|END)\s+SOLUTION", re.IGNORECASE)
 
 #: What the repository holds besides the package: copied into the edition when present.
-_EXTRA_FILES = ("README.md", "setup.cfg", "pyproject.toml", "data/README.md")
+#: Besides the package and lessons/: what pip needs, and the measured sweeps that lesson 11 reads.
+_EXTRA_FILES = ("README.md", "setup.cfg", "pyproject.toml", "data/README.md",
+                "benchmarks/results/sweep-reverse-seq2seq.json", "benchmarks/results/sweep-reverse-tagger.json")
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".ipynb_checkpoints", ".pytest_cache")
 
 
