@@ -241,11 +241,12 @@ checks and property tests as the library's test suite, and prints one line per e
     4.2 attention_backward ... passed (largest relative error 3.1e-11, tolerance 1e-7)
     4.2 attention_backward ... not yet implemented
     5.2 multihead_attention_backward ... not yet implemented (needs Exercise 4.2 first)
-    4.2 attention_backward ... FAILED: dk: relative error 2.3e-01 (tolerance 1e-7) [causal mask, ...]
+    4.2 attention_backward ... FAILED: dk: relative error 2.3e-01 (tolerance 1e-5) [causal mask, ...]
 
 A FAILED line names the tensor that is wrong and by how much, and the case (shapes,
 mask) in which it went wrong. Tolerances: 1e-7 for smooth operations, 1e-5 near kinks
-(ReLU, masks) and for whole layers. "needs Exercise X first" means that the check also
+(ReLU, masks), for whole layers and for the optimiser's steps (Adam, clipping), which
+are also checked in float32. "needs Exercise X first" means that the check also
 runs the code of exercise X (the "needs" column), which still raises NotImplementedError.
 The exit code is 0 only when every selected exercise passed, so a script can grade.
 
@@ -259,6 +260,11 @@ The exit code is 0 only when every selected exercise passed, so a script can gra
   re-run the notebook.
 * To grade, run `python -m numpytransformer.exercises check` in a student's folder
   (or `check N` for one lesson's homework).
+* The checks are not secret: `numpytransformer/exercises/checks.py` is in this folder,
+  and a few of them compare with a plain reference (the sinusoid table, attention row
+  by row, textbook Adam, the Noam formula), as a visible unit test would. For work that
+  is marked, grade with the teacher's copy: put the full repository's
+  `numpytransformer/exercises/` over the student's before running `check`.
 
 ## The exercises
 
