@@ -167,9 +167,22 @@ def evaluate(model: BowLogReg, texts: Sequence[str], labels) -> Dict[str, float]
             "loss": float(np.mean(np.logaddexp(0.0, z) - y * z))}
 
 
+def _check_args(args) -> None:
+    """Reject bad options before the data is read, naming the flag."""
+    for flag, value, low in (("--vocab-size", args.vocab_size, len(Vocab.SPECIALS) + 1), ("--epochs", args.epochs, 1),
+                             ("--batch-size", args.batch_size, 1), ("--seed", args.seed, 0)):
+        if value < low:
+            raise ValueError(f"{flag} must be at least {low}, got {value}")
+    if not args.lr > 0:
+        raise ValueError(f"--lr must be positive, got {args.lr}")
+    if not args.l2 >= 0:
+        raise ValueError(f"--l2 must be 0 or positive, got {args.l2}")
+
+
 def _imdb(args) -> None:
     from .datasets.imdb import load_imdb
 
+    _check_args(args)
     start = time.perf_counter()
     train_texts, train_labels = load_imdb("train", args.data_dir, clean=True)
     test_texts, test_labels = load_imdb("test", args.data_dir, clean=True)
@@ -194,7 +207,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = sub.add_parser("imdb", help="bag-of-words logistic regression on IMDB: train on the 25,000 training "
                                     "reviews, report the accuracy on the 25,000 test reviews",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--data-dir", default=None, help="folder holding imdb/ (default: $NUMPYTRANSFORMER_DATA)")
+    p.add_argument("--data-dir", default=None,
+                   help="folder holding imdb/imdb.csv.gz, or the extracted archive as imdb/aclImdb/ or aclImdb/ "
+                        "(default: $NUMPYTRANSFORMER_DATA, else ../shared/data)")
     p.add_argument("--vocab-size", type=int, default=20000)
     p.add_argument("--l2", type=float, default=1e-6)
     p.add_argument("--epochs", type=int, default=5)

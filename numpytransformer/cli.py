@@ -36,8 +36,18 @@ def _task_from_dict(d: dict, data_dir: Optional[str] = None):
     raise CheckpointError(f"the checkpoint's task {name!r} is not known to this version")
 
 
-def resolve_checkpoint(path: str) -> Path:
-    """Accept a checkpoint directory or a run directory (then its ``best``, else ``last``)."""
+#: The ``train`` task whose checkpoints an inference command needs (the others take any).
+_TASK_OF_COMMAND = {"classify": "sentiment", "translate": "translate"}
+#: The command that runs a trained task on new input.
+_COMMAND_OF_TASK = {"sentiment": "classify"}
+
+
+def resolve_checkpoint(path: str, task: Optional[str] = None) -> Path:
+    """Accept a checkpoint directory or a run directory (then its ``best``, else ``last``).
+
+    ``task`` (e.g. ``"sentiment"``) names the ``train`` task in the hint of the error
+    for a missing checkpoint; without it the hint lists them all.
+    """
     p = Path(path)
     if (p / "checkpoint.json").is_file():
         return p
@@ -45,14 +55,16 @@ def resolve_checkpoint(path: str) -> Path:
         if (p / sub / "checkpoint.json").is_file():
             return p / sub
     if not p.exists():
-        raise CheckpointError(f"checkpoint {path!r} does not exist (train one first, e.g. "
-                              f"python -m numpytransformer train reverse --out {path})")
+        what = task or "TASK (reverse, translate or sentiment)"
+        raise CheckpointError(f"checkpoint {path!r} does not exist (train one first: "
+                              f"python -m numpytransformer train {what} --out {path})")
     raise CheckpointError(f"{path!r} holds no checkpoint (no checkpoint.json in it, nor in best/ or last/)")
 
 
-def load_for_inference(path: str, data_dir: Optional[str] = None):
-    """(task, model, path) from a checkpoint, the model in eval mode."""
-    ck = resolve_checkpoint(path)
+def load_for_inference(path: str, data_dir: Optional[str] = None, task_name: Optional[str] = None):
+    """(task, model, path) from a checkpoint, the model in eval mode (``task_name``: see
+    :func:`resolve_checkpoint`)."""
+    ck = resolve_checkpoint(path, task_name)
     doc = read_checkpoint_meta(ck)
     task = _task_from_dict(doc["task"], data_dir)
     model = task.build_model()
@@ -134,15 +146,20 @@ def _run_training(task, args, recipe: TrainConfig) -> None:
     wall = time.perf_counter() - start
     steps = trainer.history["steps"]
     print(f"trained {len(steps)} updates in {wall:.1f} s", flush=True)
-    # The reported figure is on the held-out test split, with the best validation checkpoint.
-    best = Path(args.out) / "best"
-    if best.exists():
-        load_checkpoint(best, model)
+    # The reported figure is on the held-out test split, with the best validation checkpoint;
+    # the report names the checkpoint it really loaded.
+    out = Path(args.out)
+    which = next((w for w in ("best", "last") if (out / w / "checkpoint.json").is_file()), None)
+    if which is None:
+        raise ValueError(f"training wrote no checkpoint into {out}: nothing to report")
+    load_checkpoint(out / which, model)
     model.eval()
     metrics = task.final_report(model)
-    print("final (test split, best checkpoint): " + " ".join(
+    shown = "best checkpoint" if which == "best" else "last checkpoint: no best/ was written"
+    print(f"final (test split, {shown}): " + " ".join(
         f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
-    print(f"checkpoint: {best}   try: python -m numpytransformer predict --checkpoint {args.out} "
+    command = _COMMAND_OF_TASK.get(task.to_dict()["name"], "predict")
+    print(f"checkpoint: {out / which}   try: python -m numpytransformer {command} --checkpoint {args.out} "
           f"\"{task.example_input()}\"")
 
 
@@ -186,9 +203,12 @@ def cmd_train_sentiment(args) -> None:
         task = SentimentTask(s, data_dir=args.data_dir)
         for split in ("train", "val"):
             task.split_ids(split)
+        dropped = task.n_val_duplicates
         print(f"vocabulary of {len(task.vocab):,} tokens; {len(task.split_ids('train')[1]):,} training and "
-              f"{len(task.split_ids('val')[1]):,} validation reviews, encoded in "
+              f"{len(task.split_ids('val')[1]):,} validation reviews ({dropped} validation "
+              f"review{'s' if dropped != 1 else ''} dropped: the same text as a training review), encoded in "
               f"{time.perf_counter() - start:.1f} s", flush=True)
+    print(task.describe(), flush=True)
     _run_training(task, args, SENTIMENT_TRAIN)
 
 
@@ -232,20 +252,22 @@ def cmd_eval(args) -> None:
 
 
 def cmd_predict(args) -> None:
-    task, model, _ = load_for_inference(args.checkpoint)
+    task, model, _ = load_for_inference(args.checkpoint, task_name=_TASK_OF_COMMAND.get(args.command))
     lines = _read_inputs(args.sequence)
     for out in task.predict_text(model, lines, beam=args.beam):
         print(out)
 
 
 def cmd_classify(args) -> None:
-    task, model, _ = load_for_inference(args.checkpoint)
+    task, model, _ = load_for_inference(args.checkpoint, task_name="sentiment")
     name = task.to_dict()["name"]
     if name != "sentiment":
         raise ValueError(f"classify needs a sentiment checkpoint; {args.checkpoint} is a {name} model "
                          "(use predict)")
-    if args.text is not None and not args.text.strip():
-        raise ValueError("the text is empty")
+    # One text must say something; stdin keeps its empty lines (an empty line out for each).
+    if args.text is not None and not task.tokens(args.text):
+        raise ValueError("TEXT has no words once cleaned (<br /> tags, HTML entities and spaces removed); "
+                         "expected a review with at least one word")
     for out in task.predict_text(model, _read_inputs(args.text)):
         print(out)
 
@@ -256,7 +278,11 @@ def cmd_attention(args) -> None:
     task, model, _ = load_for_inference(args.checkpoint)
     maps, labels, output = task.attention(model, args.sequence)
     path = plot_attention(maps, labels, args.out, title=f"{args.sequence!r} -> {output!r}")
-    print(f"output: {output}\nwrote {path} ({len(maps)} attention layers x {model.cfg.n_heads} heads)")
+    # A classifier adds the row it pools, which is not one more attention layer.
+    n = sum(1 for name in maps if name != "pooled")
+    extra = " and the pooled row" if "pooled" in maps else ""
+    print(f"output: {output}\nwrote {path} ({n} attention layer{'s' if n != 1 else ''} x {model.cfg.n_heads} "
+          f"heads{extra})")
 
 
 # ---- parser ------------------------------------------------------------------------
@@ -341,7 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
                          formatter_class=_Formatter)
     g = sa.add_argument_group("data and model")
     g.add_argument("--data-dir", default=None,
-                   help="folder holding imdb/imdb.csv.gz (default: $NUMPYTRANSFORMER_DATA, else ../shared/data)")
+                   help="folder holding imdb/imdb.csv.gz, or the extracted archive as imdb/aclImdb/ or aclImdb/ "
+                        "(default: $NUMPYTRANSFORMER_DATA, else ../shared/data)")
     g.add_argument("--tokenizer", choices=["word", "bpe"], default=c.tokenizer)
     g.add_argument("--bpe-merges", type=int, default=c.bpe_merges)
     g.add_argument("--cased", action="store_true", help="keep case (default: lower-case)")
@@ -402,7 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "text, or for each line of standard input (an empty line gives an "
                                     "empty line, so the output stays aligned with the input).")
     cl.add_argument("--checkpoint", required=True)
-    cl.add_argument("text", nargs="?", help='e.g. "This film was a delight."; omitted: read stdin')
+    cl.add_argument("text", nargs="?", metavar="TEXT",
+                    help='a review, e.g. "This film was a delight."; omitted: read one review a line from stdin')
     cl.set_defaults(func=cmd_classify)
 
     at = sub.add_parser("attention", help="heatmaps of every layer and head",

@@ -9,9 +9,21 @@ The trainer knows nothing about a particular task. A *task* object provides:
   forward, the loss and backward (gradients scaled by ``scale``), and returns the
   batch's mean loss and how many target tokens it had (or, for a classifier, examples:
   the progress line names them by the task's ``count_unit``, ``"tok"`` if it has none);
+- optionally ``input_tokens(batch) -> int``: how many tokens the model read in the batch
+  (padding excluded). A task that counts something other than tokens (a classifier
+  counts reviews) provides it, and the progress line shows both, e.g.
+  ``reviews/s 160 tok/s 38,900``;
 - ``validate(model) -> dict``: metrics on the validation split, including
-  ``task.selection_metric`` (higher is better) that picks the best checkpoint;
+  ``task.selection_metric`` (higher is better) that picks the best checkpoint; a
+  metric that is not a finite number (an empty validation set) is an error;
 - ``to_dict()``: JSON settings from which the task can be rebuilt.
+
+Throughput is measured over the updates only (validation and checkpoints excluded).
+Each epoch's record in ``history.json`` holds ``train_time`` (seconds in updates),
+``tokens_per_s`` (what the progress line shows as tok/s: the input tokens when the
+task reports them, else the counted target tokens) and, for a task with another
+``count_unit``, e.g. ``reviews_per_s``; :func:`without_timing` drops them and ``time``
+(seconds since ``fit`` started), the parts of a record that vary from run to run.
 """
 from __future__ import annotations
 
@@ -29,7 +41,18 @@ import numpy as np
 from .checkpoint import atomic_write_text, load_checkpoint, read_checkpoint_meta, save_checkpoint
 from .optim import Adam, NoamSchedule, clip_grad_norm
 
-__all__ = ["TrainConfig", "Trainer", "plot_history"]
+__all__ = ["TrainConfig", "Trainer", "plot_history", "without_timing"]
+
+
+def _per_s_key(unit: str) -> str:
+    """The history key of a count per second: ``"tok"`` -> ``tokens_per_s``, ``"reviews"`` -> ``reviews_per_s``."""
+    return "tokens_per_s" if unit == "tok" else f"{unit}_per_s"
+
+
+def without_timing(record: dict) -> dict:
+    """An epoch record without what measures time rather than training (``time``,
+    ``train_time``, ``*_per_s``): what two runs of the same settings must agree on."""
+    return {k: v for k, v in record.items() if k not in ("time", "train_time") and not k.endswith("_per_s")}
 
 
 @dataclass
@@ -85,6 +108,7 @@ class Trainer:
         self.history = {"steps": [], "epochs": []}
         self.epoch, self.batch_index = 0, 0
         self.epoch_loss, self.epoch_tokens = 0.0, 0  # so far in the current epoch
+        self.epoch_inputs, self.epoch_seconds = 0, 0.0  # input tokens and seconds in updates, ditto
         self.best_score = -np.inf
         self.log = log if log is not None else (lambda msg: print(msg, file=sys.stdout, flush=True))
 
@@ -92,7 +116,8 @@ class Trainer:
     def _meta(self) -> dict:
         return {"task": self.task.to_dict(), "train": asdict(self.cfg), "step": self.optimizer.t,
                 "epoch": self.epoch, "batch_index": self.batch_index, "epoch_loss": self.epoch_loss,
-                "epoch_tokens": self.epoch_tokens, "best_score": self.best_score, "history": self.history}
+                "epoch_tokens": self.epoch_tokens, "epoch_inputs": self.epoch_inputs,
+                "epoch_seconds": self.epoch_seconds, "best_score": self.best_score, "history": self.history}
 
     def save(self, which: str = "last", rng_state=None) -> Path:
         path = self.out_dir / which
@@ -117,6 +142,8 @@ class Trainer:
         load_checkpoint(path, self.model, self.optimizer)
         self.epoch, self.batch_index = doc["epoch"], doc["batch_index"]
         self.epoch_loss, self.epoch_tokens = doc["epoch_loss"], doc["epoch_tokens"]
+        # Checkpoints written before throughput was recorded lack these two.
+        self.epoch_inputs, self.epoch_seconds = doc.get("epoch_inputs", 0), doc.get("epoch_seconds", 0.0)
         self.best_score = doc["best_score"] if doc["best_score"] is not None else -np.inf
         self.history = doc["history"]
         self.log(f"resumed from {path} at epoch {self.epoch + 1}, update {self.optimizer.t}")
@@ -130,6 +157,8 @@ class Trainer:
         start = time.perf_counter()
         metrics = {}
         unit = getattr(self.task, "count_unit", "tok")
+        input_tokens = getattr(self.task, "input_tokens", None)
+        run = {"updates": 0, "count": 0, "inputs": 0, "seconds": 0.0}  # this call's updates, for the summary
         n_batches = len(self.task.train_batches(self.epoch)) if self.epoch < cfg.epochs else 0
         total_updates = cfg.epochs * -(-max(n_batches, 1) // cfg.accum_steps)
         first_update = opt.t
@@ -137,16 +166,18 @@ class Trainer:
         try:
             while self.epoch < cfg.epochs:
                 batches = self.task.train_batches(self.epoch)
-                window_tokens, window_start = 0, time.perf_counter()
+                window_tokens, window_inputs, window_start = 0, 0, time.perf_counter()
                 model.zero_grad()
                 for g0 in range(self.batch_index, len(batches), cfg.accum_steps):
                     group = batches[g0:g0 + cfg.accum_steps]
+                    update_start = time.perf_counter()
                     # Each batch's gradient is scaled by 1/len(group), so an update is the mean over
                     # its batches, also for a shorter last group.
                     losses = [self.task.forward_backward(model, b, cfg.label_smoothing, 1.0 / len(group))
                               for b in group]
                     loss = float(np.mean([l for l, _ in losses]))
                     n_tok = sum(n for _, n in losses)
+                    n_in = sum(input_tokens(b) for b in group) if input_tokens is not None else 0
                     with _deferred_interrupt():  # an update is applied whole or not at all
                         if cfg.clip_norm:
                             clip_grad_norm(grads, cfg.clip_norm)
@@ -155,18 +186,27 @@ class Trainer:
                         self.batch_index = g0 + len(group)
                         self.epoch_loss += sum(l * n for l, n in losses)
                         self.epoch_tokens += n_tok
+                        self.epoch_inputs += n_in
+                        seconds = time.perf_counter() - update_start
+                        self.epoch_seconds += seconds
                         boundary_rng = model.rng.bit_generator.state
                         self.history["steps"].append({"step": opt.t, "epoch": self.epoch + 1,
                                                       "loss": round(loss, 6), "lr": lr})
+                    for key, value in (("updates", 1), ("count", n_tok), ("inputs", n_in), ("seconds", seconds)):
+                        run[key] += value
                     window_tokens += n_tok
+                    window_inputs += n_in
                     if opt.t % cfg.log_every == 0:
                         now = time.perf_counter()
-                        tps = window_tokens / max(now - window_start, 1e-9)
+                        window = max(now - window_start, 1e-9)
+                        rates = f"{unit}/s {window_tokens / window:,.0f}"
+                        if input_tokens is not None:
+                            rates += f" tok/s {window_inputs / window:,.0f}"
                         done_here = opt.t - first_update
                         eta = (now - start) / max(done_here, 1) * max(total_updates - opt.t, 0)
                         self.log(f"epoch {self.epoch + 1}/{cfg.epochs} update {opt.t} loss {loss:.4f} "
-                                 f"lr {lr:.2e} {unit}/s {tps:,.0f} eta {_fmt_time(eta)}")
-                        window_tokens, window_start = 0, now
+                                 f"lr {lr:.2e} {rates} eta {_fmt_time(eta)}")
+                        window_tokens, window_inputs, window_start = 0, 0, now
                 model.eval()
                 metrics = self.task.validate(model)
                 model.train()
@@ -180,21 +220,41 @@ class Trainer:
             atomic_write_text(self.out_dir / "history.json", json.dumps(self.history, indent=1))
             self.log(f"interrupted: saved {self.out_dir / 'last'} at update {opt.t}; continue with --resume")
             raise
+        if run["updates"]:
+            seconds = max(run["seconds"], 1e-9)
+            rates = f"{unit}/s {run['count'] / seconds:,.0f}"
+            if input_tokens is not None:
+                rates += f" tok/s {run['inputs'] / seconds:,.0f} ({run['inputs']:,} tokens)"
+            took = f"{run['seconds']:.1f} s" if run["seconds"] < 60 else _fmt_time(run["seconds"])
+            self.log(f"throughput: {run['updates']:,} updates in {took} of training (validation excluded): {rates}")
         plot_history(self.history, self.out_dir / "curves.png", log=self.log)
         return metrics
 
     def _end_epoch(self, metrics: dict, elapsed: float) -> None:
         """Record the epoch, keep the best checkpoint, save the last one and the history."""
+        name = self.task.selection_metric
+        score = metrics[name]
+        if not np.isfinite(score):
+            # A NaN never beats the best score, so best/ would silently never be written.
+            raise FloatingPointError(f"the validation {name} is {score} after epoch {self.epoch + 1}: the "
+                                     "validation set is empty or the model diverged; no best checkpoint saved")
         self.epoch += 1
         self.batch_index = 0
+        unit = getattr(self.task, "count_unit", "tok")
+        seconds = max(self.epoch_seconds, 1e-9)
+        throughput = {"train_time": round(self.epoch_seconds, 2),
+                      _per_s_key(unit): round(self.epoch_tokens / seconds, 1)}
+        if hasattr(self.task, "input_tokens"):
+            throughput["tokens_per_s"] = round(self.epoch_inputs / seconds, 1)
         record = {"epoch": self.epoch, "step": self.optimizer.t,
-                  "train_loss": self.epoch_loss / max(self.epoch_tokens, 1), "time": round(elapsed, 2), **metrics}
+                  "train_loss": self.epoch_loss / max(self.epoch_tokens, 1), "time": round(elapsed, 2),
+                  **throughput, **metrics}
         self.epoch_loss, self.epoch_tokens = 0.0, 0
+        self.epoch_inputs, self.epoch_seconds = 0, 0.0
         self.history["epochs"].append(record)
         shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
         self.log(f"epoch {self.epoch} done: train_loss {record['train_loss']:.4f} {shown} "
                  f"[{_fmt_time(record['time'])}]")
-        score = metrics[self.task.selection_metric]
         if score > self.best_score:
             self.save("best")
             self.best_score = score  # only once best/ holds it

@@ -314,13 +314,84 @@ def test_load_imdb_fixture(tmp_path):
 
 
 def test_load_imdb_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"imdb\.csv\.gz.*NUMPYTRANSFORMER_DATA.*ai\.stanford\.edu/~amaas/data/sentiment"):
+    with pytest.raises(FileNotFoundError, match=r"found none of .*imdb/imdb\.csv\.gz, .*imdb/aclImdb, .*aclImdb\. "
+                                                 r"Pass --data-dir .*NUMPYTRANSFORMER_DATA.*"
+                                                 r"ai\.stanford\.edu/~amaas/data/sentiment.*aclImdb_v1\.tar\.gz"):
         load_imdb("train", data_dir=tmp_path)
     with pytest.raises(ValueError, match=r"split='val'; expected 'train' or 'test'"):
         load_imdb("val", data_dir=tmp_path)
     _write_gz(tmp_path / "imdb" / "imdb.csv.gz", "review,sentiment,split\nok,meh,train\n")
     with pytest.raises(ValueError, match=r"sentiment 'meh'; expected 'positive' or 'negative'"):
         load_imdb("train", data_dir=tmp_path)
+
+
+#: (split, folder, file name, text) of a tiny extracted aclImdb_v1.tar.gz; id 10 sorts after 2 as a number.
+ACL_FILES = [
+    ("train", "pos", "10_7.txt", "Fourth positive."),
+    ("train", "pos", "2_9.txt", "Third: great.<br /><br />Really."),
+    ("train", "pos", "0_10.txt", "First, caf\u00e9 &amp; more"),
+    ("train", "pos", "1_8.txt", "Second positive."),
+    ("train", "neg", "1_1.txt", "Second negative."),
+    ("train", "neg", "0_2.txt", "First negative,\nwith a line break."),
+    ("test", "pos", "0_8.txt", "Fine"),
+    ("test", "neg", "0_3.txt", "Not fine"),
+]
+
+
+def _write_acl(folder: Path) -> None:
+    for split, sub, name, text in ACL_FILES:
+        (folder / split / sub).mkdir(parents=True, exist_ok=True)
+        (folder / split / sub / name).write_bytes(text.encode("utf-8"))
+    # What the archive holds besides the labelled reviews, which the loader must skip.
+    (folder / "train" / "unsup").mkdir()
+    (folder / "train" / "unsup" / "0_0.txt").write_text("No label.")
+    (folder / "train" / "labeledBow.feat").write_text("0:9 1:2\n")
+    (folder / "train" / "urls_pos.txt").write_text("http://www.imdb.com/title/tt0453418/usercomments\n")
+    (folder / "imdb.vocab").write_text("the\n")
+
+
+@pytest.mark.parametrize("where", ["aclImdb", "imdb/aclImdb"])
+def test_load_imdb_from_the_extracted_archive(tmp_path, where):
+    _write_acl(tmp_path / where)
+    texts, labels = load_imdb("train", data_dir=tmp_path)
+    # Positive reviews by numeric id, then negative ones: the order of imdb.csv.gz.
+    assert texts == ["First, caf\u00e9 &amp; more", "Second positive.", "Third: great.<br /><br />Really.",
+                     "Fourth positive.", "First negative,\nwith a line break.", "Second negative."]
+    assert labels.dtype == np.int64 and labels.tolist() == [1, 1, 1, 1, 0, 0]
+    assert load_imdb("train", data_dir=tmp_path, clean=True)[0][2] == "Third: great. Really."
+    texts, labels = load_imdb("test", data_dir=tmp_path)
+    assert texts == ["Fine", "Not fine"] and labels.tolist() == [1, 0]
+
+
+def test_load_imdb_folder_and_csv_agree_and_the_csv_wins(tmp_path):
+    folder_only, csv_only = tmp_path / "a", tmp_path / "b"
+    _write_acl(folder_only / "aclImdb")
+    rows = ["review,sentiment,split,id,rating,orig_path"]
+    for split in ("train", "test"):
+        texts, labels = load_imdb(split, data_dir=folder_only)
+        for text, label in zip(texts, labels):
+            quoted = text.replace('"', '""')
+            rows.append(f'"{quoted}",{"positive" if label else "negative"},{split},0,0,x')
+    _write_gz(csv_only / "imdb" / "imdb.csv.gz", "\n".join(rows) + "\n")
+    for split in ("train", "test"):
+        a, b = load_imdb(split, data_dir=folder_only), load_imdb(split, data_dir=csv_only)
+        assert a[0] == b[0] and np.array_equal(a[1], b[1])
+    # With both layouts present, the CSV is read.
+    _write_gz(folder_only / "imdb" / "imdb.csv.gz", IMDB_FIXTURE)
+    assert load_imdb("test", data_dir=folder_only)[0] == ["Fine"]
+
+
+def test_load_imdb_folder_errors(tmp_path):
+    _write_acl(tmp_path / "aclImdb")
+    (tmp_path / "aclImdb" / "train" / "pos" / "review.txt").write_text("?")
+    with pytest.raises(ValueError, match=r"review\.txt is not named <id>_<rating>\.txt"):
+        load_imdb("train", data_dir=tmp_path)
+    for f in (tmp_path / "aclImdb" / "test" / "neg").iterdir():
+        f.unlink()
+    (tmp_path / "aclImdb" / "test" / "neg").rmdir()
+    with pytest.raises(FileNotFoundError, match=r"test/neg is missing; expected the extracted archive's layout "
+                                                r"aclImdb/\{train,test\}/\{pos,neg\}/<id>_<rating>\.txt"):
+        load_imdb("test", data_dir=tmp_path)
 
 
 def test_clean_review():

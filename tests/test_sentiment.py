@@ -1,9 +1,11 @@
-"""Sentiment classification: truncation, the task's interface, the command line end to end on
-a synthetic IMDB file (always runs), and a tiny model and the bag-of-words baseline on a
-few hundred real reviews (skipped without the data)."""
+"""Sentiment classification: truncation, settings checks, splits, batching, throughput, resume,
+the task's interface, the command line end to end on a synthetic IMDB file (always runs), and
+a tiny model and the bag-of-words baseline on a few hundred real reviews (skipped without the
+data)."""
 import csv
 import gzip
 import io
+import json
 import re
 import sys
 
@@ -13,8 +15,9 @@ import pytest
 from numpytransformer.baselines import evaluate, train_bow_logreg
 from numpytransformer.cli import main
 from numpytransformer.datasets.imdb import load_imdb
-from numpytransformer.tasks.sentiment import SentimentSettings, SentimentTask, truncate_ids
+from numpytransformer.tasks.sentiment import UNK, SentimentSettings, SentimentTask, truncate_ids
 from numpytransformer.trainer import TrainConfig, Trainer
+from test_training import _cfg, _epochs, _losses, _quiet
 
 POS = ["great", "wonderful", "superb", "delight", "loved", "brilliant"]
 NEG = ["awful", "boring", "terrible", "waste", "hated", "dull"]
@@ -33,21 +36,36 @@ def synthetic_review(rng, label: int) -> str:
     return " ".join(words[:cut]).capitalize() + ".<br /><br />" + " ".join(words[cut:]) + "."
 
 
-@pytest.fixture(scope="module")
-def synthetic_dir(tmp_path_factory):
-    """A folder holding imdb/imdb.csv.gz in the real file's format: 400 training and 200 test reviews."""
-    root = tmp_path_factory.mktemp("data")
+def write_imdb_csv(root, reviews):
+    """``root/imdb/imdb.csv.gz`` in the real file's format from ``{split: [(text, label), ...]}``."""
     (root / "imdb").mkdir()
-    rng = np.random.default_rng(0)
     with gzip.open(root / "imdb" / "imdb.csv.gz", "wt", encoding="utf-8", newline="") as f:
         w = csv.writer(f)
         w.writerow(["review", "sentiment", "split", "id", "rating", "orig_path"])
-        for split, n in (("train", 400), ("test", 200)):
-            for i in range(n):
-                label = i % 2
-                w.writerow([synthetic_review(rng, label), ["negative", "positive"][label], split, i,
-                            8 if label else 2, f"{split}/{['neg', 'pos'][label]}/{i}_0.txt"])
+        for split, rows in reviews.items():
+            for i, (text, label) in enumerate(rows):
+                w.writerow([text, ["negative", "positive"][label], split, i, 8 if label else 2,
+                            f"{split}/{['neg', 'pos'][label]}/{i}_0.txt"])
     return root
+
+
+@pytest.fixture(scope="module")
+def synthetic_dir(tmp_path_factory):
+    """A folder holding imdb/imdb.csv.gz in the real file's format: 400 training and 200 test reviews."""
+    rng = np.random.default_rng(0)
+    reviews = {split: [(synthetic_review(rng, i % 2), i % 2) for i in range(n)]
+               for split, n in (("train", 400), ("test", 200))}
+    return write_imdb_csv(tmp_path_factory.mktemp("data"), reviews)
+
+
+@pytest.fixture(scope="module")
+def marked_dir(tmp_path_factory):
+    """Every review starts with a word of its own ("zq<split><i>"), and training reviews 0-19
+    appear twice (as reviews 200-219), as IMDB repeats a few reviews."""
+    rng = np.random.default_rng(1)
+    train = [(f"zqtrain{i} " + synthetic_review(rng, i % 2), i % 2) for i in range(200)]
+    test = [(f"zqtest{i} " + synthetic_review(rng, i % 2), i % 2) for i in range(100)]
+    return write_imdb_csv(tmp_path_factory.mktemp("marked"), {"train": train + train[:20], "test": test})
 
 
 def fit(task, epochs, tmp_path, lr_factor=2.0):
@@ -78,6 +96,121 @@ def test_task_truncates_a_known_review(synthetic_dir):
     # What a reviewer concludes with survives head+tail: "9/10" is tokenized "9" "/" "10".
     task = SentimentTask(SentimentSettings(truncate="head+tail", max_tokens=6), data_dir=synthetic_dir)
     assert task.tokens(text)[-3:] == ["9", "/", "10"]
+
+
+# ---- settings are checked before any data is read ----------------------------------------------------
+@pytest.mark.parametrize("bad, message", [
+    (dict(vocab_size=4), r"--vocab-size must be at least 5 \(the 4 special tokens"),
+    (dict(d_model=30, n_heads=4), r"--d-model 30 must be divisible by --heads 4"),
+    (dict(batch_tokens=100, max_tokens=128), r"--batch-tokens 100 is less than one review of --max-tokens 128"),
+    (dict(batch_tokens=128, max_tokens=128, pooling="first"), r"expected at least 129"),
+    (dict(max_batch_size=0), r"--max-batch-size must be at least 1, got 0"),
+    (dict(min_freq=0), r"--min-freq must be at least 1, got 0"),
+    (dict(max_tokens=0), r"--max-tokens must be at least 1, got 0"),
+    (dict(n_heads=0), r"--heads must be at least 1, got 0"),
+    (dict(n_layers=0), r"--layers must be at least 1, got 0"),
+    (dict(seed=-1), r"--seed must be at least 0, got -1"),
+    (dict(vocab_size=100.5), r"--vocab-size must be a whole number, got 100\.5"),
+    (dict(dropout=1.0), r"--dropout must be a number in \[0, 1\), got 1\.0"),
+    (dict(val_fraction=0.0), r"--val-fraction must be a number in \(0, 1\), got 0\.0"),
+    (dict(val_fraction=float("nan")), r"--val-fraction must be a number in \(0, 1\), got nan"),
+    (dict(pooling="max"), r"--pooling must be one of mean, first; got 'max'"),
+    (dict(n_train=10, val_fraction=0.05), r"--val-fraction 0\.05 of the --n-train 10 reviews gives 5 training "
+                                          r"and 0 validation reviews of each class.*raise --val-fraction"),
+    (dict(n_train=100, val_fraction=0.99), r"gives 0 training and 50 validation reviews of each class.*lower "
+                                           r"--val-fraction"),
+])
+def test_bad_settings_name_the_flag_before_reading_data(bad, message, tmp_path):
+    # The data folder is empty: an error about a missing file would mean the data was read first.
+    with pytest.raises(ValueError, match=message):
+        SentimentTask(SentimentSettings(**bad), data_dir=tmp_path)
+
+
+def test_no_validation_review_of_a_class_is_an_error_once_loaded(synthetic_dir):
+    """400 reviews, 200 of each class: a fraction of 0.001 rounds to no validation review."""
+    with pytest.raises(ValueError, match=r"--val-fraction 0\.001 of all 400 training reviews gives 200 training "
+                                         r"and 0 validation reviews of each class"):
+        SentimentTask(SentimentSettings(val_fraction=0.001, **TINY), data_dir=synthetic_dir)
+
+
+def test_cli_tiny_validation_set_fails_early_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "sentiment", "--n-train", "10", "--val-fraction", "0.05", "--data-dir",
+                 str(tmp_path / "no-data"), "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith("error: ") and len(err.splitlines()) == 1
+    assert "--n-train 10" in err and "--val-fraction 0.05" in err
+    assert "reading IMDB" not in captured.out and not out.exists()
+
+
+# ---- splits and vocabulary -------------------------------------------------------------------------
+def test_train_and_validation_are_disjoint_and_unseen_words_are_unk(marked_dir):
+    task = SentimentTask(SentimentSettings(val_fraction=0.25, min_freq=1, vocab_size=5000, max_tokens=64,
+                                           batch_tokens=1024), data_dir=marked_dir)
+    all_texts, all_labels = load_imdb("train", marked_dir, clean=True)
+    tr_idx, va_idx = task.split_indices("train"), task.split_indices("val")
+    (tr_x, tr_y), (va_x, va_y) = task.texts("train"), task.texts("val")
+    # By position: no review in both, each set's texts and labels are those of its positions.
+    assert not set(tr_idx.tolist()) & set(va_idx.tolist())
+    assert tr_x == [all_texts[i] for i in tr_idx] and va_x == [all_texts[i] for i in va_idx]
+    assert np.array_equal(tr_y, all_labels[tr_idx]) and np.array_equal(va_y, all_labels[va_idx])
+    # By text: the copies of training reviews that the split put into validation were dropped.
+    assert not set(tr_x) & set(va_x)
+    assert task.n_val_duplicates >= 1  # this seed splits some of the 20 repeated reviews
+    assert len(tr_idx) + len(va_idx) + task.n_val_duplicates == 220
+    # The vocabulary is the training split's: a word of its own in a validation or test review is <unk>.
+    vocab = task.vocab
+    assert all(vocab.encode([t.split()[0]])[0] != UNK for t in tr_x)
+    for split in ("val", "test"):
+        ids, _ = task.split_ids(split)
+        texts, _ = task.texts(split)
+        assert all(t.split()[0].startswith("zq") for t in texts)
+        assert all(x[0] == UNK for x in ids)
+
+
+def test_batches_group_reviews_of_similar_length(synthetic_dir):
+    task = SentimentTask(SentimentSettings(**{**TINY, "batch_tokens": 256}), data_dir=synthetic_dir)
+    lengths = np.array([len(x) for x in task.split_ids("train")[0]])
+    batches = task.train_batches(0)
+    assert len(batches) >= 10
+    spread_in_batch = np.mean([np.ptp(lengths[idx]) for idx in batches])
+    # The same batch sizes filled at random, for comparison.
+    shuffled = np.random.default_rng(0).permutation(lengths)
+    ends = np.cumsum([len(idx) for idx in batches])
+    spread_at_random = np.mean([np.ptp(part) for part in np.split(shuffled, ends[:-1])])
+    # The lengths range over 14 tokens: random batches spread over ~12 of them, bucketed ones
+    # over less than one.
+    assert np.ptp(lengths) >= 10 and spread_at_random >= 0.5 * np.ptp(lengths)
+    assert spread_in_batch <= 0.1 * np.ptp(lengths)
+
+
+# ---- throughput ---------------------------------------------------------------------------------
+def test_progress_reports_reviews_and_tokens_per_second(synthetic_dir, tmp_path):
+    task = SentimentTask(SentimentSettings(**TINY), data_dir=synthetic_dir)
+    lines = []
+    trainer = Trainer(task.build_model(), task, _cfg(epochs=1, log_every=2), tmp_path, log=lines.append)
+    trainer.fit()
+    progress = [line for line in lines if " update " in line]
+    assert progress and all(re.search(r" reviews/s [\d,]+ tok/s [\d,]+ eta ", line) for line in progress)
+    assert re.match(r"throughput: \d+ updates in [\d.]+ s of training \(validation excluded\): "
+                    r"reviews/s [\d,]+ tok/s [\d,]+ \([\d,]+ tokens\)$", lines[-1])
+    epoch = trainer.history["epochs"][0]
+    ids = task.split_ids("train")[0]
+    # Both rates share the epoch's time, so their ratio is the mean review length in tokens.
+    assert epoch["tokens_per_s"] / epoch["reviews_per_s"] == pytest.approx(np.mean([len(x) for x in ids]), rel=1e-3)
+    assert epoch["train_time"] > 0 and epoch["tokens_per_s"] > 0
+
+
+def test_reversal_progress_line_is_unchanged(tmp_path):
+    from test_training import _task
+
+    lines = []
+    task = _task(n_train=200)
+    Trainer(task.build_model(), task, _cfg(epochs=1, log_every=1), tmp_path, log=lines.append).fit()
+    progress = [line for line in lines if " update " in line]
+    assert progress and all(re.search(r" lr \S+ tok/s [\d,]+ eta ", line) for line in progress)
+    assert lines[-1].startswith("throughput: ") and lines[-1].endswith(re.search(r"tok/s [\d,]+$", lines[-1])[0])
 
 
 # ---- the task on the synthetic file --------------------------------------------------------------
@@ -137,11 +270,28 @@ def test_attention_maps_and_pooled_map(trained):
     maps, labels, output = task.attention(model, "A superb film.")
     T = len(task.tokens("A superb film."))
     assert FORMAT.match(output)
-    assert maps["encoder.layers.0.self_attn"].shape == (2, T, T)
-    assert maps["pooled"].shape == (2, 1, T) and np.allclose(maps["pooled"].max(axis=2), 1.0)
-    assert labels["pooled"][1] == ["a", "superb", "film", "."]
+    last = maps["encoder.layers.0.self_attn"]
+    assert last.shape == (2, T, T)
+    # Mean pooling reads every position: the pooled row is the mean of the last map's rows.
+    mean_row = last.mean(axis=1, keepdims=True)
+    np.testing.assert_allclose(maps["pooled"], mean_row / mean_row.max(axis=2, keepdims=True))
+    assert labels["pooled"] == (["mean"], ["a", "superb", "film", "."])
     with pytest.raises(ValueError, match="empty"):
         task.attention(model, " ")
+
+
+def test_first_pooling_learns_and_its_attention_shows_the_bos_row(synthetic_dir, tmp_path):
+    task = SentimentTask(SentimentSettings(**{**TINY, "pooling": "first"}), data_dir=synthetic_dir)
+    model, metrics = fit(task, 6, tmp_path)
+    assert metrics["accuracy"] >= 0.9
+    maps, labels, _ = task.attention(model, "A superb film and a delight.")
+    last = maps["encoder.layers.0.self_attn"]  # (H, T, T), <bos> first
+    assert labels["pooled"] == (["<bos>"], ["<bos>", "a", "superb", "film", "and", "a", "delight", "."])
+    # The classifier reads only the <bos> position: the pooled row is <bos>'s own attention ...
+    np.testing.assert_allclose(maps["pooled"], last[:, :1] / last[:, :1].max(axis=2, keepdims=True))
+    # ... which is not the mean over all query positions (what the map showed before).
+    mean_row = last.mean(axis=1, keepdims=True)
+    assert not np.allclose(maps["pooled"], mean_row / mean_row.max(axis=2, keepdims=True), atol=1e-2)
 
 
 def test_first_pooling_puts_bos_in_front(synthetic_dir):
@@ -161,34 +311,112 @@ def test_bow_baseline_on_synthetic_reviews(synthetic_dir):
 
 
 # ---- the command line -------------------------------------------------------------------------------
+TINY_FLAGS = ["--max-tokens", "32", "--vocab-size", "200", "--d-model", "16", "--heads", "2", "--layers", "1",
+              "--d-ff", "32", "--batch-tokens", "512", "--dropout", "0", "--lr-factor", "2", "--warmup", "50"]
+
+
 def test_cli_train_classify_eval(synthetic_dir, tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
-    assert main(["train", "sentiment", "--data-dir", str(synthetic_dir), "--max-tokens", "32", "--vocab-size", "200",
-                 "--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "32", "--batch-tokens", "512",
-                 "--dropout", "0", "--epochs", "4", "--lr-factor", "2", "--warmup", "50", "--out", str(out)]) == 0
-    assert "test_accuracy" in capsys.readouterr().out
+    assert main(["train", "sentiment", "--data-dir", str(synthetic_dir), *TINY_FLAGS, "--epochs", "4",
+                 "--log-every", "5", "--out", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "(0 validation reviews dropped: the same text as a training review)" in shown
+    assert ("model: 1 layer, d_model 16, 2 heads, d_ff 32, dropout 0.0, post-LN, float32; vocabulary 35 "
+            "(word tokens), max_tokens 32 (head+tail), pooling mean") in shown
+    assert re.search(r"update 5 loss \S+ lr \S+ reviews/s [\d,]+ tok/s [\d,]+ eta", shown)
+    assert re.search(r"throughput: \d+ updates in .* reviews/s [\d,]+ tok/s [\d,]+", shown)
+    assert "final (test split, best checkpoint): n 200 " in shown and "test_accuracy" in shown
+    assert f"checkpoint: {out / 'best'}   try: python -m numpytransformer classify --checkpoint" in shown
     assert main(["classify", "--checkpoint", str(out), "A great film, a delight."]) == 0
     line = capsys.readouterr().out.strip()
     assert FORMAT.match(line) and line.startswith("positive")
-    monkeypatch.setattr(sys, "stdin", io.StringIO("I hated it, boring.\n\nSuperb and brilliant!\n"))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("I hated it, boring.\n<br />\n\nSuperb and brilliant!\n"))
     assert main(["classify", "--checkpoint", str(out)]) == 0
     lines = capsys.readouterr().out.split("\n")
-    assert lines[0].startswith("negative") and lines[1] == "" and lines[2].startswith("positive")
-    assert main(["classify", "--checkpoint", str(out), ""]) == 2
-    assert "empty" in capsys.readouterr().err
+    assert lines[0].startswith("negative") and lines[1] == lines[2] == "" and lines[3].startswith("positive")
+    for empty in ("", "<br /><br />", " &nbsp; "):
+        assert main(["classify", "--checkpoint", str(out), empty]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.startswith("error: TEXT has no words once cleaned")
+        assert len(captured.err.strip().splitlines()) == 1
     assert main(["eval", "--checkpoint", str(out), "--data-dir", str(synthetic_dir)]) == 0
     shown = capsys.readouterr().out
     assert "n 200 " in shown and float(re.search(r"accuracy (\S+)", shown).group(1)) >= 0.9
+    assert main(["eval", "--checkpoint", str(out), "--data-dir", str(synthetic_dir), "--n", "-1"]) == 2
+    assert "error: --n must be 0 (the whole test split) or positive, got -1" in capsys.readouterr().err
     png = tmp_path / "attn.png"
     assert main(["attention", "--checkpoint", str(out), "A superb film.", "--out", str(png)]) == 0
-    assert "2 attention layers" in capsys.readouterr().out and png.stat().st_size > 1000
+    assert "(1 attention layer x 2 heads and the pooled row)" in capsys.readouterr().out
+    assert png.stat().st_size > 1000
+    hist = json.loads((out / "history.json").read_text())
+    assert all(e["tokens_per_s"] > e["reviews_per_s"] > 0 for e in hist["epochs"])
 
 
-@pytest.mark.parametrize("argv", [["train", "sentiment", "--help"], ["classify", "--help"]])
-def test_help(argv, capsys):
+def test_cli_missing_checkpoint_suggests_the_right_task(tmp_path, capsys):
+    missing = str(tmp_path / "nothing")
+    assert main(["classify", "--checkpoint", missing, "Fine."]) == 2
+    assert f"train one first: python -m numpytransformer train sentiment --out {missing}" in capsys.readouterr().err
+    assert main(["attention", "--checkpoint", missing, "Fine."]) == 2
+    assert "train TASK (reverse, translate or sentiment)" in capsys.readouterr().err
+
+
+def test_cli_reports_the_checkpoint_it_really_loaded(synthetic_dir, tmp_path, capsys, monkeypatch):
+    """Should best/ not be written, the final report says it scored last/, not best/."""
+    real_save = Trainer.save
+    monkeypatch.setattr(Trainer, "save", lambda self, which="last", rng_state=None:
+                        real_save(self, which, rng_state) if which == "last" else None)
+    out = tmp_path / "run"
+    assert main(["train", "sentiment", "--data-dir", str(synthetic_dir), *TINY_FLAGS, "--epochs", "1",
+                 "--n-test", "20", "--out", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert not (out / "best").exists()
+    assert "final (test split, last checkpoint: no best/ was written): n 20 " in shown
+    assert f"checkpoint: {out / 'last'} " in shown and "best checkpoint" not in shown
+
+
+def test_a_nan_validation_score_stops_training_before_a_best_checkpoint(synthetic_dir, tmp_path):
+    task = SentimentTask(SentimentSettings(**TINY), data_dir=synthetic_dir)
+    monkeypatch_free = type("NanValidation", (), {
+        "__getattr__": lambda self, name: getattr(task, name),
+        "selection_metric": "accuracy",
+        "validate": lambda self, model: {"val_loss": float("nan"), "accuracy": float("nan")}})()
+    trainer = Trainer(task.build_model(), monkeypatch_free, _cfg(epochs=1), tmp_path, log=_quiet)
+    with pytest.raises(FloatingPointError, match="validation accuracy is nan.*no best checkpoint"):
+        trainer.fit()
+    assert not (tmp_path / "best").exists()
+
+
+def test_resume_of_a_sentiment_run_gives_the_uninterrupted_losses(synthetic_dir, tmp_path):
+    """As for reversal (tests/test_training.py): 2 epochs straight equal 1, a fresh process, then 1 more.
+    Dropout is on, so the saved random state matters."""
+    settings = SentimentSettings(**{**TINY, "dropout": 0.2})
+    task = SentimentTask(settings, data_dir=synthetic_dir)
+    straight = Trainer(task.build_model(), task, _cfg(epochs=2), tmp_path / "straight", log=_quiet)
+    straight.fit()
+    first = Trainer(task.build_model(), task, _cfg(epochs=1), tmp_path / "resumed", log=_quiet)
+    first.fit()
+    task2 = SentimentTask(settings, data_dir=synthetic_dir)  # a new process reads the data again
+    second = Trainer(task2.build_model(), task2, _cfg(epochs=2), tmp_path / "resumed", log=_quiet)
+    second.resume()
+    second.fit()
+    assert len(_losses(straight)) > 10 and _losses(second) == _losses(straight)
+    assert _epochs(second) == _epochs(straight)
+    for k, v in straight.model.parameters().items():
+        np.testing.assert_array_equal(second.model.parameters()[k], v)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["train", "sentiment", "--help"], ["--data-dir", "aclImdb", "--vocab-size", "--min-freq", "--max-tokens",
+                                        "--truncate", "--val-fraction", "--n-train", "--n-test", "--batch-tokens",
+                                        "--max-batch-size", "--pooling", "--epochs", "--resume"]),
+    (["classify", "--help"], ["--checkpoint", "TEXT", "stdin"]),
+])
+def test_help_lists_the_options(argv, expected, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
-    assert e.value.code == 0 and "usage:" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert e.value.code == 0 and shown.startswith("usage:")
+    assert [flag for flag in expected if flag not in shown] == []
 
 
 # ---- real IMDB reviews ------------------------------------------------------------------------------

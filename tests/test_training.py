@@ -7,7 +7,7 @@ import pytest
 
 from numpytransformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from numpytransformer.tasks.reverse import ReversalTask, ReverseSettings
-from numpytransformer.trainer import TrainConfig, Trainer
+from numpytransformer.trainer import TrainConfig, Trainer, without_timing
 
 
 def _task(**kw):
@@ -63,7 +63,7 @@ def test_training_is_deterministic(tmp_path):
 
 
 def _epochs(trainer):
-    return [{k: v for k, v in e.items() if k != "time"} for e in trainer.history["epochs"]]
+    return [without_timing(e) for e in trainer.history["epochs"]]
 
 
 @pytest.mark.parametrize("accum", [1, 3])  # 10 batches an epoch: with 3, the last group holds one

@@ -1,9 +1,23 @@
 """Loader of the IMDB Large Movie Review Dataset v1.0 (Maas et al., ACL 2011).
 
 Binary sentiment classification: 25,000 training and 25,000 test reviews, half
-positive, half negative. The data is expected as one gzip CSV,
-``<data_dir>/imdb/imdb.csv.gz``, with the columns ``review, sentiment, split,
-id, rating, orig_path``.
+positive, half negative. Two layouts of the data are read, under the data folder
+(``--data-dir``, else ``$NUMPYTRANSFORMER_DATA``):
+
+- ``<data_dir>/imdb/imdb.csv.gz``: one gzip CSV with the columns ``review, sentiment,
+  split, id, rating, orig_path``;
+- the extracted Stanford archive ``aclImdb_v1.tar.gz``, as ``<data_dir>/imdb/aclImdb/``
+  or ``<data_dir>/aclImdb/``: one text file per review,
+  ``aclImdb/{train,test}/{pos,neg}/<id>_<rating>.txt`` (the archive's ``unsup/``
+  reviews, which have no label, are not read).
+
+The CSV wins when both are there. Both give the reviews in the same order (the
+positive ones by id, then the negative ones by id), so a seed gives the same
+validation split with either.
+
+Known property of the data set: 123 test reviews have the same text as a training
+review (the archive holds a few duplicated reviews, 49,582 distinct texts of 50,000).
+The test split is the official one and is left as it is.
 """
 
 from __future__ import annotations
@@ -13,6 +27,7 @@ import gzip
 import html
 import os
 import re
+from pathlib import Path
 from typing import List, Sequence, Tuple, Union
 
 import numpy as np
@@ -20,12 +35,14 @@ import numpy as np
 from .paths import missing_file_error, resolve_data_dir
 
 #: Where to download the original data set.
-SOURCE = "Stanford's Large Movie Review Dataset page, https://ai.stanford.edu/~amaas/data/sentiment/"
+SOURCE = ("Stanford's Large Movie Review Dataset page, https://ai.stanford.edu/~amaas/data/sentiment/ "
+          "(aclImdb_v1.tar.gz: extract it into the data folder or its imdb/ subfolder)")
 
 _LABELS = {"negative": 0, "positive": 1}
 _COLUMNS = ("review", "sentiment", "split")
 _BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
 _SPACES = re.compile(r"\s+")
+_REVIEW_FILE = re.compile(r"^(\d+)_(\d+)\.txt$")
 
 
 def clean_review(text: str) -> str:
@@ -50,6 +67,17 @@ def clean_review(text: str) -> str:
     return _SPACES.sub(" ", text).strip()
 
 
+def imdb_sources(data_dir: Union[str, os.PathLike, None] = None) -> List[Path]:
+    """The places :func:`load_imdb` looks at, in order: the CSV, then the two folders.
+
+    Returns an empty list when no data folder is configured.
+    """
+    root = resolve_data_dir(data_dir)
+    if root is None:
+        return []
+    return [root / "imdb" / "imdb.csv.gz", root / "imdb" / "aclImdb", root / "aclImdb"]
+
+
 def load_imdb(
     split: str,
     data_dir: Union[str, os.PathLike, None] = None,
@@ -57,29 +85,44 @@ def load_imdb(
 ) -> Tuple[List[str], np.ndarray]:
     """Load the reviews and labels of one split.
 
+    Reads ``<data_dir>/imdb/imdb.csv.gz`` if it exists, else the extracted archive
+    folder ``<data_dir>/imdb/aclImdb/`` or ``<data_dir>/aclImdb/`` (see the module
+    docstring for both layouts).
+
     Parameters
     ----------
     split : {"train", "test"}
         25,000 reviews each. Make a validation set with :func:`train_val_split`.
     data_dir : str or path, optional
-        Folder that contains ``imdb/``. Defaults to ``$NUMPYTRANSFORMER_DATA``,
-        else ``<repo root>/../shared/data``.
+        Folder that contains ``imdb/`` (or ``aclImdb/``). Defaults to
+        ``$NUMPYTRANSFORMER_DATA``, else ``<repo root>/../shared/data``.
     clean : bool, default False
         Apply :func:`clean_review` to every text.
 
     Returns
     -------
     texts : list of str, length N
+        Positive reviews first, then negative ones, each by the id of its original file.
     labels : np.ndarray of int64, shape (N,)
         1 for a positive review, 0 for a negative one.
     """
     if split not in ("train", "test"):
         raise ValueError(f"load_imdb: split={split!r}; expected 'train' or 'test'")
-    root = resolve_data_dir(data_dir)
-    path = None if root is None else root / "imdb" / "imdb.csv.gz"
-    if path is None or not path.is_file():
-        raise missing_file_error(path, "IMDB", SOURCE)
+    sources = imdb_sources(data_dir)
+    source = next((p for p in sources if (p.is_file() if p.suffix == ".gz" else p.is_dir())), None)
+    if source is None:
+        raise missing_file_error(sources or None, "IMDB", SOURCE)
+    if source.suffix == ".gz":
+        texts, labels = _read_csv(source, split)
+    else:
+        texts, labels = _read_folder(source, split)
+    if clean:
+        texts = [clean_review(t) for t in texts]
+    return texts, np.array(labels, dtype=np.int64)
 
+
+def _read_csv(path: Path, split: str) -> Tuple[List[str], List[int]]:
+    """Reviews and labels of ``split`` from the gzip CSV, in the file's order."""
     # Reviews reach ~14,000 characters, within the default 131,072, but the limit is
     # raised so that a longer review in another copy does not abort the load.
     csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
@@ -107,9 +150,40 @@ def load_imdb(
                 )
             texts.append(row[i_review])
             labels.append(label)
-    if clean:
-        texts = [clean_review(t) for t in texts]
-    return texts, np.array(labels, dtype=np.int64)
+    return texts, labels
+
+
+def _read_folder(root: Path, split: str) -> Tuple[List[str], List[int]]:
+    """Reviews and labels of ``split`` from an extracted ``aclImdb/`` folder.
+
+    ``root/<split>/pos/<id>_<rating>.txt`` are the positive reviews, ``.../neg/...`` the
+    negative ones; each group is read in the order of the numeric id, as the CSV lists them.
+    """
+    texts: List[str] = []
+    labels: List[int] = []
+    for sub, label in (("pos", 1), ("neg", 0)):
+        folder = root / split / sub
+        if not folder.is_dir():
+            raise FileNotFoundError(
+                f"load_imdb: {folder} is missing; expected the extracted archive's layout "
+                f"aclImdb/{{train,test}}/{{pos,neg}}/<id>_<rating>.txt under {root.parent}"
+            )
+        files = []
+        for path in folder.iterdir():
+            if path.suffix != ".txt":
+                continue
+            m = _REVIEW_FILE.match(path.name)
+            if m is None:
+                raise ValueError(f"load_imdb: {path} is not named <id>_<rating>.txt as the archive's reviews are")
+            files.append((int(m.group(1)), path))
+        if not files:
+            raise ValueError(f"load_imdb: {folder} holds no <id>_<rating>.txt review files")
+        for _, path in sorted(files):
+            # newline="" keeps the text exactly as stored, as the CSV reader does.
+            with open(path, encoding="utf-8", newline="") as f:
+                texts.append(f.read())
+            labels.append(label)
+    return texts, labels
 
 
 def train_val_split(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 #: Name of the environment variable that points at the data folder.
 DATA_ENV = "NUMPYTRANSFORMER_DATA"
@@ -46,13 +46,14 @@ def resolve_data_dir(data_dir: Union[str, os.PathLike, None]) -> Optional[Path]:
     return default_data_dir()
 
 
-def missing_file_error(path: Optional[Path], what: str, source: str) -> FileNotFoundError:
+def missing_file_error(path: Union[Path, Sequence[Path], None], what: str, source: str) -> FileNotFoundError:
     """Build a FileNotFoundError that tells the user how to fix it.
 
     Parameters
     ----------
-    path : pathlib.Path or None
-        The file that was looked for; ``None`` when no data folder is configured.
+    path : pathlib.Path, sequence of pathlib.Path, or None
+        The file that was looked for, or every place that was looked at (a data set
+        that comes in more than one layout); ``None`` when no data folder is configured.
     what : str
         A short name of the data set, e.g. ``"Multi30K"``.
     source : str
@@ -60,10 +61,12 @@ def missing_file_error(path: Optional[Path], what: str, source: str) -> FileNotF
     """
     if path is None:
         where = "no data folder is configured"
-    else:
+    elif isinstance(path, (str, os.PathLike)):
         where = f"file not found: {path}"
+    else:
+        where = "found none of " + ", ".join(str(p) for p in path)
     return FileNotFoundError(
-        f"{what}: {where}. Pass data_dir=... or set the environment variable "
-        f"{DATA_ENV} to the folder that holds the data (default: "
+        f"{what}: {where}. Pass --data-dir on the command line (data_dir=... in Python) or set "
+        f"the environment variable {DATA_ENV} to the folder that holds the data (default: "
         f"<repo root>/../shared/data). The public data is at {source}."
     )

@@ -7,10 +7,14 @@ budget, and train :class:`~numpytransformer.models.TransformerClassifier` (encod
 pooling, one linear layer to two logits) with the cross-entropy of the label.
 
 Splits: the 25,000 training reviews give the training and validation sets
-(``val_fraction``, stratified); the 25,000 test reviews are read only by
-``final_report`` and ``evaluate_fresh``. Encoded ids are kept in the task object, never
-written to disk. The tokenizer and the vocabulary go into :meth:`SentimentTask.to_dict`,
-so a checkpoint classifies new text without the data.
+(``val_fraction``, stratified). A validation review whose cleaned text is also a
+training review's is dropped (15 of 2,500 with the defaults), so that the two sets are
+disjoint by text, not only by position. The 25,000 test reviews are read only by
+``final_report`` and ``evaluate_fresh``; they are the official split and are left as
+they are, although 123 of them have the text of a training review (a known property
+of the data set). Encoded ids are kept in the task object, never written to disk. The
+tokenizer and the vocabulary go into :meth:`SentimentTask.to_dict`, so a checkpoint
+classifies new text without the data.
 """
 from __future__ import annotations
 
@@ -22,15 +26,15 @@ import numpy as np
 from ..config import TransformerConfig
 from ..datasets.batching import bucket_batches, pad_batch
 from ..datasets.imdb import clean_review, load_imdb, train_val_split
-from ..losses import cross_entropy
 from ..models import TransformerClassifier
 from ..text import BPE, Tokenizer, Vocab
 from ..trainer import TrainConfig
 from .common import loss_and_backward
 
-__all__ = ["SentimentSettings", "SentimentTask", "SENTIMENT_TRAIN", "LABELS", "truncate_ids"]
+__all__ = ["SentimentSettings", "SentimentTask", "SENTIMENT_TRAIN", "LABELS", "truncate_ids", "flag"]
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
+SPECIALS = Vocab.SPECIALS  # ("<pad>", "<bos>", "<eos>", "<unk>"): ids 0 to 3
 #: Class names by label id, as in :func:`~numpytransformer.datasets.imdb.load_imdb`.
 LABELS = ("negative", "positive")
 
@@ -67,6 +71,36 @@ def truncate_ids(ids: Sequence[int], max_tokens: int, mode: str = "head+tail") -
     raise ValueError(f"truncate must be 'head' or 'head+tail', got {mode!r}")
 
 
+#: The command-line flag of each :class:`SentimentSettings` field whose flag is not simply
+#: ``--`` and the field name with dashes.
+_FLAGS = {"lowercase": "--cased", "n_heads": "--heads", "n_layers": "--layers", "norm_first": "--norm"}
+
+
+def flag(field: str) -> str:
+    """The ``train sentiment`` option that sets a :class:`SentimentSettings` field.
+
+    >>> flag("vocab_size"), flag("n_heads")
+    ('--vocab-size', '--heads')
+    """
+    return _FLAGS.get(field, "--" + field.replace("_", "-"))
+
+
+def _split_counts_error(n_val: Sequence[int], n_train: Sequence[int], subset: str, val_fraction: float) -> str:
+    """The message for a split that leaves a class without a validation or a training review.
+
+    ``n_val[c]`` and ``n_train[c]`` count the reviews of class ``c``; ``subset`` says which
+    reviews were split (``"the --n-train 10 reviews"``).
+    """
+    if len(set(n_val)) == 1 and len(set(n_train)) == 1:
+        counts = f"{n_train[0]:,} training and {n_val[0]:,} validation reviews of each class"
+    else:
+        counts = ", ".join(f"{n_train[c]:,} training and {n_val[c]:,} validation {LABELS[c]} reviews"
+                           for c in range(len(LABELS)))
+    fix = "raise --val-fraction or --n-train" if min(n_val) < 1 else "lower --val-fraction or raise --n-train"
+    return (f"--val-fraction {val_fraction} of {subset} gives {counts}; each class needs at least one "
+            f"training and one validation review: {fix}")
+
+
 @dataclass
 class SentimentSettings:
     """What defines a sentiment run: the data, the text pipeline and the model's shape.
@@ -77,6 +111,10 @@ class SentimentSettings:
     that many of the 25,000 training reviews *before* the validation split, and ``n_test``
     a stratified subset of the test reviews (both for quick runs; None: all).
     ``pooling="first"`` puts a ``<bos>`` token, the classifier's [CLS], in front of every review.
+
+    Every field is checked when the settings are made, before any data is read; a bad
+    value raises ValueError naming the ``train sentiment`` option that sets it (see
+    :func:`flag`), e.g. ``--vocab-size`` for ``vocab_size``.
     """
 
     tokenizer: str = "word"
@@ -102,28 +140,62 @@ class SentimentSettings:
     norm_first: bool = False
 
     def __post_init__(self):
-        if self.tokenizer not in ("word", "bpe"):
-            raise ValueError(f"tokenizer must be 'word' or 'bpe', got {self.tokenizer!r}")
-        if self.truncate not in ("head", "head+tail"):
-            raise ValueError(f"truncate must be 'head' or 'head+tail', got {self.truncate!r}")
-        if self.pooling not in ("mean", "first"):
-            raise ValueError(f"pooling must be 'mean' or 'first', got {self.pooling!r}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
-        if not 0.0 < self.val_fraction < 1.0:
-            raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
-        for name in ("n_train", "n_test"):
-            n = getattr(self, name)
-            if n is not None and n < 2:
-                raise ValueError(f"{name} must be at least 2 (or None for all), got {n}")
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError, naming the command-line option, for the first bad field."""
+        choices = {"tokenizer": ("word", "bpe"), "truncate": ("head+tail", "head"), "pooling": ("mean", "first"),
+                   "dtype": ("float32", "float64")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{flag(name)} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
+        specials = f" (the {len(SPECIALS)} special tokens {' '.join(SPECIALS)} and at least one word)"
+        minimum = {  # the smallest sensible value of each whole-number field, and why
+            "bpe_merges": (0, ""), "vocab_size": (len(SPECIALS) + 1, specials), "min_freq": (1, ""),
+            "max_tokens": (1, ""), "batch_tokens": (1, ""), "max_batch_size": (1, ""), "seed": (0, ""),
+            "d_model": (1, ""), "n_heads": (1, ""), "n_layers": (1, ""), "d_ff": (1, ""),
+            "n_train": (2, " (or unset: all)"), "n_test": (2, " (or unset: all)")}
+        for name, (low, why) in minimum.items():
+            value = getattr(self, name)
+            if value is None and name in ("n_train", "n_test"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"{flag(name)} must be a whole number, got {value!r}")
+            if value < low:
+                raise ValueError(f"{flag(name)} must be at least {low}{why}, got {value}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"--d-model {self.d_model} must be divisible by --heads {self.n_heads} "
+                             "(each head gets d_model / heads dimensions)")
+        longest = self.max_tokens + (self.pooling == "first")
+        if self.batch_tokens < longest:
+            bos = " plus <bos> (--pooling first)" if self.pooling == "first" else ""
+            raise ValueError(f"--batch-tokens {self.batch_tokens} is less than one review of --max-tokens "
+                             f"{self.max_tokens}{bos}; expected at least {longest}")
+        # "not 0 < x < 1" is also true for NaN.
+        if not _is_number(self.val_fraction) or not 0.0 < self.val_fraction < 1.0:
+            raise ValueError(f"--val-fraction must be a number in (0, 1), got {self.val_fraction!r}")
+        if not _is_number(self.dropout) or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"--dropout must be a number in [0, 1), got {self.dropout!r}")
+        if self.n_train is not None:
+            # IMDB is balanced, so a class has about n_train / 2 reviews; the split rounds
+            # val_fraction of each class's count (exact counts are checked once loaded).
+            per_class = self.n_train // 2
+            n_val = int(round(self.val_fraction * per_class))
+            if n_val < 1 or per_class - n_val < 1:
+                raise ValueError(_split_counts_error([n_val] * 2, [per_class - n_val] * 2,
+                                                     f"the --n-train {self.n_train} reviews", self.val_fraction))
 
 
-def _subset(texts: List[str], labels: np.ndarray, n: Optional[int], seed: int) -> Tuple[List[str], np.ndarray]:
-    """A stratified random subset of ``n`` examples (all of them when ``n`` is None or too big)."""
-    if n is None or n >= len(texts):
-        return texts, labels
-    _, _, sub_texts, sub_labels = train_val_split(texts, labels, val_fraction=n / len(texts), seed=seed)
-    return sub_texts, sub_labels
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def _stratified_pick(labels: np.ndarray, n: Optional[int], seed: int) -> np.ndarray:
+    """Indices of a stratified random subset of ``n`` examples (all of them when ``n`` is None or too big)."""
+    if n is None or n >= len(labels):
+        return np.arange(len(labels))
+    _, _, pick, _ = train_val_split(list(range(len(labels))), labels, val_fraction=n / len(labels), seed=seed)
+    return np.array(pick, dtype=np.int64)
 
 
 class SentimentTask:
@@ -136,6 +208,10 @@ class SentimentTask:
         self.data_dir = data_dir
         self._texts: Dict[str, Tuple[List[str], np.ndarray]] = {}
         self._ids: Dict[str, Tuple[List[np.ndarray], np.ndarray]] = {}
+        self._index: Dict[str, np.ndarray] = {}
+        self._train_lengths: Optional[np.ndarray] = None  # tokens of each training review, for input_tokens
+        #: Validation reviews dropped because a training review has the same text (set once loaded).
+        self.n_val_duplicates = 0
         if state is None:
             state = self._build_state()
         self.tok = Tokenizer.from_dict(state["tokenizer"])
@@ -143,20 +219,52 @@ class SentimentTask:
 
     # ---- data and vocabulary ----------------------------------------------------------
     def texts(self, split: str) -> Tuple[List[str], np.ndarray]:
-        """Cleaned review texts and labels (1 positive, 0 negative) of ``"train"``, ``"val"`` or ``"test"``."""
+        """Cleaned review texts and labels (1 positive, 0 negative) of ``"train"``, ``"val"`` or ``"test"``.
+
+        ``"val"`` leaves out the reviews whose text is also a training review's
+        (:attr:`n_val_duplicates` counts them); a split that leaves a class without a
+        training or a validation review is a ValueError naming ``--n-train`` and ``--val-fraction``.
+        """
         if split not in ("train", "val", "test"):
             raise ValueError(f"split must be 'train', 'val' or 'test', got {split!r}")
         if split not in self._texts:
-            s = self.s
             if split == "test":
                 texts, labels = load_imdb("test", self.data_dir, clean=True)
-                self._texts["test"] = _subset(texts, labels, s.n_test, s.seed)
+                pick = _stratified_pick(labels, self.s.n_test, self.s.seed)
+                self._texts["test"] = ([texts[i] for i in pick], labels[pick])
             else:
-                texts, labels = load_imdb("train", self.data_dir, clean=True)
-                texts, labels = _subset(texts, labels, s.n_train, s.seed)
-                tr, tr_y, va, va_y = train_val_split(texts, labels, s.val_fraction, s.seed)
-                self._texts["train"], self._texts["val"] = (tr, tr_y), (va, va_y)
+                self._split_train_val()
         return self._texts[split]
+
+    def split_indices(self, split: str) -> np.ndarray:
+        """Positions in ``load_imdb("train")`` of the ``"train"`` or ``"val"`` reviews, in the split's order."""
+        if split not in ("train", "val"):
+            raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+        if split not in self._index:
+            self._split_train_val()
+        return self._index[split]
+
+    def _split_train_val(self) -> None:
+        """The ``n_train`` subset, its stratified split, and the validation reviews that are not training texts."""
+        s = self.s
+        texts, labels = load_imdb("train", self.data_dir, clean=True)
+        pool = _stratified_pick(labels, s.n_train, s.seed)
+        tr, _, va, _ = train_val_split(list(range(len(pool))), labels[pool], s.val_fraction, s.seed)
+        train_idx, val_idx = pool[np.array(tr, dtype=np.int64)], pool[np.array(va, dtype=np.int64)]
+        # IMDB repeats a few reviews; a copy in both sets would be scored on what was trained on.
+        seen = {texts[i] for i in train_idx}
+        unique = np.array([texts[i] not in seen for i in val_idx], dtype=bool)
+        self.n_val_duplicates = int((~unique).sum())
+        val_idx = val_idx[unique]
+        n_val = [int((labels[val_idx] == c).sum()) for c in range(len(LABELS))]
+        n_tr = [int((labels[train_idx] == c).sum()) for c in range(len(LABELS))]
+        if min(n_val) < 1 or min(n_tr) < 1:
+            subset = (f"the --n-train {s.n_train} reviews" if s.n_train is not None
+                      else f"all {len(texts):,} training reviews")
+            raise ValueError(_split_counts_error(n_val, n_tr, subset, s.val_fraction))
+        for name, idx in (("train", train_idx), ("val", val_idx)):
+            self._index[name] = idx
+            self._texts[name] = ([texts[i] for i in idx], labels[idx])
 
     def _build_state(self) -> dict:
         s = self.s
@@ -207,6 +315,14 @@ class SentimentTask:
     def build_model(self) -> TransformerClassifier:
         return TransformerClassifier(self.model_config())
 
+    def describe(self) -> str:
+        """The model's shape and text pipeline in one line, for the start of a training run."""
+        s = self.s
+        return (f"model: {s.n_layers} layer{'s' if s.n_layers != 1 else ''}, d_model {s.d_model}, "
+                f"{s.n_heads} heads, d_ff {s.d_ff}, dropout {s.dropout}, {'pre' if s.norm_first else 'post'}-LN, "
+                f"{s.dtype}; vocabulary {len(self.vocab):,} ({s.tokenizer} tokens), max_tokens {s.max_tokens} "
+                f"({s.truncate}), pooling {s.pooling}")
+
     # ---- training -----------------------------------------------------------------------
     def _index_batches(self, ids: Sequence[np.ndarray], shuffle: bool, seed: int = 0,
                        batch_tokens: Optional[int] = None) -> List[np.ndarray]:
@@ -221,6 +337,17 @@ class SentimentTask:
     def train_batches(self, epoch: int) -> List[np.ndarray]:
         """Index batches of reviews of similar length, the same for the same seed and epoch."""
         return self._index_batches(self.split_ids("train")[0], shuffle=True, seed=self.s.seed * 1000 + epoch)
+
+    #: What ``forward_backward`` counts, as the trainer's progress line names it.
+    count_unit = "reviews"
+
+    def input_tokens(self, idx: np.ndarray) -> int:
+        """Tokens the model reads in a training batch: its reviews' ids, padding excluded (the
+        trainer reports them as tok/s beside reviews/s)."""
+        if self._train_lengths is None:
+            # An empty review is fed as one <unk> (see _pad), so it counts one token.
+            self._train_lengths = np.array([max(len(x), 1) for x in self.split_ids("train")[0]], dtype=np.int64)
+        return int(self._train_lengths[idx].sum())
 
     def forward_backward(self, model, idx: np.ndarray, label_smoothing: float, scale: float = 1.0):
         """Mean cross-entropy of the batch; the count returned is the number of reviews."""
@@ -260,9 +387,6 @@ class SentimentTask:
         m = self.evaluate(model, "test")
         return {"n": len(self.split_ids("test")[1]), "test_loss": m["loss"], "test_accuracy": m["accuracy"]}
 
-    #: What ``forward_backward`` counts, as the trainer's progress line names it.
-    count_unit = "reviews"
-
     #: ``eval`` without ``--n`` scores the whole test split.
     default_eval_n = 0
 
@@ -270,7 +394,7 @@ class SentimentTask:
         """Accuracy on the whole test split (the run's ``n_test`` does not apply); ``n`` > 0: a
         stratified random sample of n test reviews drawn with ``seed``."""
         if n < 0:
-            raise ValueError(f"n must be at least 0 (0: the whole test split), got {n}")
+            raise ValueError(f"--n must be 0 (the whole test split) or positive, got {n}")
         if self.s.n_test is None:
             ids, labels = self.split_ids("test")
         else:
@@ -310,14 +434,17 @@ class SentimentTask:
     def attention(self, model, text: str):
         """Encoder self-attention maps for one review: (maps, labels, "positive 0.93").
 
-        Besides one map (H, T, T) per layer, ``"pooled"`` (H, 1, T) is the last layer's
-        attention averaged over the query positions: with mean pooling, how much each
-        token contributes, through the last attention, to the vector that is classified.
-        Each head's row is divided by its maximum so that the heatmap's 0..1 colour
-        scale shows it (the raw values sum to 1 over T, about 1/T each).
+        Besides one map (H, T, T) per layer, ``"pooled"`` (H, 1, T) is the row of the last
+        layer's attention that reaches the classified vector. With ``pooling="mean"`` the
+        classifier reads the mean of all positions, so the row is the last attention
+        averaged over the query positions (labelled ``mean``); with ``pooling="first"`` it
+        reads only the ``<bos>`` position, so the row is ``<bos>``'s own attention (labelled
+        ``<bos>``). Either way it shows how much each token contributes, through the last
+        attention, to what is classified. Each head's row is divided by its maximum so that
+        the heatmap's 0..1 colour scale shows it (the raw values sum to 1 over T).
         """
         if not self.tokens(text):
-            raise ValueError("the review is empty")
+            raise ValueError("the review is empty (no tokens after cleaning)")
         x = self.encode(text)[None].astype(np.int64)
         model.eval()
         logits = model.forward(x).astype(np.float64)[0]
@@ -330,7 +457,10 @@ class SentimentTask:
                 maps[name] = w[0]  # (H, T, T)
                 labels[name] = (toks, toks)
         last = maps[list(maps)[-1]]  # named_modules lists the layers in order
-        pooled = last.mean(axis=1, keepdims=True)  # (H, 1, T)
+        if self.s.pooling == "first":
+            pooled, row = last[:, :1, :], [toks[0]]  # (H, 1, T): the <bos> query, the only one read
+        else:
+            pooled, row = last.mean(axis=1, keepdims=True), ["mean"]  # (H, 1, T)
         maps["pooled"] = pooled / pooled.max(axis=2, keepdims=True)
-        labels["pooled"] = (["mean"], toks)
+        labels["pooled"] = (row, toks)
         return maps, labels, self._format(p)
