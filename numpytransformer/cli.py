@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -110,13 +111,45 @@ def _add_train_options(p: argparse.ArgumentParser, out: str, recipes: Dict[str, 
 
 
 def _train_config(args, recipe: TrainConfig) -> TrainConfig:
+    """The recipe with the options given; a bad value is a ValueError naming its flag."""
     values = {field: getattr(args, field) for field, *_ in _TRAIN_OPTIONS if getattr(args, field) is not None}
     if values.get("clip_norm") == 0:
         values["clip_norm"] = None
     try:
         return dataclasses.replace(recipe, **values)
     except ValueError as e:
-        raise ValueError(f"--{str(e).replace('_', '-')}") from None
+        # TrainConfig names its fields ("accum_steps must be at least 1, got 0"): name the flags.
+        message = str(e).replace("(or None: off)", "(0: off)")
+        for field, flag, *_ in _TRAIN_OPTIONS:
+            if message.startswith(field + " "):
+                message = f"--{flag}{message[len(field):]}"
+        raise ValueError(message) from None
+
+
+def _check_training_args(args, recipe: TrainConfig) -> None:
+    """Reject bad training options and an unusable --out before any data is read (IMDB
+    takes half a minute to read and encode)."""
+    _train_config(args, recipe)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {args.out} is a file; expected a run directory (new or existing)")
+    has_run = (out / "last" / "checkpoint.json").exists()
+    if args.resume and not has_run:
+        raise ValueError(f"--resume: --out {args.out} holds no run to continue (no last/checkpoint.json)")
+    if not args.resume and has_run:
+        raise ValueError(f"--out {args.out} already holds a run: pass --resume to continue it, "
+                         "or choose another --out")
+    # Write a file where the run will go now, not after the first epoch (creating nothing:
+    # a run that fails to start leaves no empty directory behind).
+    nearest = next(p for p in (out, *out.absolute().parents) if p.exists())
+    try:
+        if not nearest.is_dir():
+            raise NotADirectoryError(f"{nearest} is a file")
+        with tempfile.TemporaryFile(dir=nearest):
+            pass
+    except OSError as e:
+        raise ValueError(f"--out {args.out}: cannot write a run there ({e.strerror or e}); "
+                         "choose another --out") from None
 
 
 def _resumed_task_dict(args) -> Optional[dict]:
@@ -134,11 +167,8 @@ def _run_training(task, args, recipe: TrainConfig) -> None:
     cfg = _train_config(args, recipe)
     print("training settings: " + ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(cfg).items()), flush=True)
     trainer = Trainer(model, task, cfg, args.out)
-    if args.resume:
+    if args.resume:  # --out was checked by _check_training_args before the data was read
         trainer.resume()
-    elif (Path(args.out) / "last" / "checkpoint.json").exists():
-        raise ValueError(f"--out {args.out} already holds a run: pass --resume to continue it, "
-                         "or choose another --out")
     print(f"training {type(model).__name__} with {model.num_parameters():,} parameters "
           f"({task.to_dict()['name']}); writing to {args.out}", flush=True)
     start = time.perf_counter()
@@ -166,6 +196,8 @@ def _run_training(task, args, recipe: TrainConfig) -> None:
 def cmd_train_translate(args) -> None:
     from .tasks.translate import RECIPES, TranslateSettings, TranslationTask
 
+    _check_training_args(args, RECIPES[args.dataset][0])
+
     recipe, data_defaults = RECIPES[args.dataset]
     if args.batch_tokens is None:
         args.batch_tokens = data_defaults["batch_tokens"]
@@ -186,6 +218,8 @@ def cmd_train_translate(args) -> None:
 
 def cmd_train_sentiment(args) -> None:
     from .tasks.sentiment import SENTIMENT_TRAIN, SentimentSettings, SentimentTask
+
+    _check_training_args(args, SENTIMENT_TRAIN)
 
     s = SentimentSettings(tokenizer=args.tokenizer, lowercase=not args.cased, bpe_merges=args.bpe_merges,
                           vocab_size=args.vocab_size, min_freq=args.min_freq, max_tokens=args.max_tokens,
@@ -214,6 +248,8 @@ def cmd_train_sentiment(args) -> None:
 
 def cmd_train_reverse(args) -> None:
     from .tasks.reverse import DEFAULT_TRAIN, ReversalTask, ReverseSettings
+
+    _check_training_args(args, DEFAULT_TRAIN)
 
     s = ReverseSettings(formulation=args.formulation, n_symbols=args.n_symbols, min_len=args.min_len,
                         max_len=args.max_len, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test,
@@ -245,6 +281,10 @@ def cmd_sweep(args) -> None:
 
 # ---- inference -----------------------------------------------------------------------
 def cmd_eval(args) -> None:
+    if args.seed < 0:
+        raise ValueError(f"--seed must be 0 or more, got {args.seed}")
+    if args.beam < 1:
+        raise ValueError(f"--beam must be at least 1 (1: greedy), got {args.beam}")
     task, model, ck = load_for_inference(args.checkpoint, args.data_dir)
     n = args.n if args.n is not None else getattr(task, "default_eval_n", 1000)
     metrics = task.evaluate_fresh(model, n=n, seed=args.seed, beam=args.beam)
@@ -272,10 +312,21 @@ def cmd_classify(args) -> None:
         print(out)
 
 
+#: File types the attention plot can be saved as (matplotlib picks the format by suffix).
+_IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
+
+
 def cmd_attention(args) -> None:
     from .plotting import plot_attention
 
+    suffix = Path(args.out).suffix.lower()
+    if suffix not in _IMAGE_SUFFIXES:
+        raise ValueError(f"--out {args.out}: expected an image file name ending in "
+                         f"{', '.join(_IMAGE_SUFFIXES)}, got {suffix or 'no suffix'}")
     task, model, _ = load_for_inference(args.checkpoint)
+    if task.to_dict()["name"] == "sentiment" and not task.tokens(args.sequence):
+        raise ValueError("SEQUENCE has no words once cleaned (<br /> tags, HTML entities and spaces removed); "
+                         "expected a review with at least one word")
     maps, labels, output = task.attention(model, args.sequence)
     path = plot_attention(maps, labels, args.out, title=f"{args.sequence!r} -> {output!r}")
     # A classifier adds the row it pools, which is not one more attention layer.
@@ -465,6 +516,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
+    except BrokenPipeError:  # the reader went away (e.g. "| head"): not an error; before OSError, its base
+        # Point stdout at /dev/null so that Python's final flush does not fail again.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout is not a file (e.g. captured in a test)
+            pass
+        return 0
     except (ValueError, OSError, FloatingPointError) as e:  # CheckpointError is a ValueError
         if os.environ.get("NUMPYTRANSFORMER_DEBUG"):
             raise
@@ -473,6 +531,4 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
     return 0

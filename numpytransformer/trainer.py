@@ -16,7 +16,9 @@ The trainer knows nothing about a particular task. A *task* object provides:
 - ``validate(model) -> dict``: metrics on the validation split, including
   ``task.selection_metric`` (higher is better) that picks the best checkpoint; a
   metric that is not a finite number (an empty validation set) is an error;
-- ``to_dict()``: JSON settings from which the task can be rebuilt.
+- ``to_dict()``: JSON settings from which the task can be rebuilt;
+- optionally ``data_summary() -> dict``: what identifies the data actually read (counts,
+  a digest); it is saved with each checkpoint and ``resume`` refuses other data.
 
 Throughput is measured over the updates only (validation and checkpoints excluded).
 Each epoch's record in ``history.json`` holds ``train_time`` (seconds in updates),
@@ -117,7 +119,8 @@ class Trainer:
         return {"task": self.task.to_dict(), "train": asdict(self.cfg), "step": self.optimizer.t,
                 "epoch": self.epoch, "batch_index": self.batch_index, "epoch_loss": self.epoch_loss,
                 "epoch_tokens": self.epoch_tokens, "epoch_inputs": self.epoch_inputs,
-                "epoch_seconds": self.epoch_seconds, "best_score": self.best_score, "history": self.history}
+                "epoch_seconds": self.epoch_seconds, "best_score": self.best_score, "history": self.history,
+                **({"data": self.task.data_summary()} if hasattr(self.task, "data_summary") else {})}
 
     def save(self, which: str = "last", rng_state=None) -> Path:
         path = self.out_dir / which
@@ -139,6 +142,12 @@ class Trainer:
         if doc["task"] != mine:
             diff = sorted(k for k in set(doc["task"]) | set(mine) if doc["task"].get(k) != mine.get(k))
             raise ValueError(f"cannot resume {path}: it was trained with different task settings ({', '.join(diff)})")
+        if "data" in doc and hasattr(self.task, "data_summary") and doc["data"] != self.task.data_summary():
+            now = self.task.data_summary()
+            diff = ", ".join(f"{k} {doc['data'].get(k)} then, {now.get(k)} now" for k in sorted(now)
+                             if doc["data"].get(k) != now.get(k))
+            raise ValueError(f"cannot resume {path}: the training and validation data are not the ones it was "
+                             f"trained on ({diff}); was the data file changed? Start a new run with another --out")
         load_checkpoint(path, self.model, self.optimizer)
         self.epoch, self.batch_index = doc["epoch"], doc["batch_index"]
         self.epoch_loss, self.epoch_tokens = doc["epoch_loss"], doc["epoch_tokens"]
@@ -212,7 +221,8 @@ class Trainer:
                 model.train()
                 with _deferred_interrupt():
                     self._end_epoch(metrics, time.perf_counter() - start)
-                if cfg.max_minutes is not None and time.perf_counter() - start > 60 * cfg.max_minutes:
+                if (cfg.max_minutes is not None and self.epoch < cfg.epochs
+                        and time.perf_counter() - start > 60 * cfg.max_minutes):
                     self.log(f"stopping: the time budget of {cfg.max_minutes} minutes is used up")
                     break
         except KeyboardInterrupt:
@@ -234,21 +244,27 @@ class Trainer:
         """Record the epoch, keep the best checkpoint, save the last one and the history."""
         name = self.task.selection_metric
         score = metrics[name]
-        if not np.isfinite(score):
-            # A NaN never beats the best score, so best/ would silently never be written.
-            raise FloatingPointError(f"the validation {name} is {score} after epoch {self.epoch + 1}: the "
-                                     "validation set is empty or the model diverged; no best checkpoint saved")
+        train_loss = self.epoch_loss / max(self.epoch_tokens, 1)
+        # A metric can stay finite while the model has diverged (NaN logits give every
+        # review the same label: accuracy 0.5), so every number is checked, not just the
+        # selection metric; a NaN score would also never beat the best, leaving best/ stale.
+        bad = {k: v for k, v in {"train_loss": train_loss, **metrics}.items() if not np.isfinite(v)}
+        if bad:
+            shown = ", ".join(f"{k} {v}" for k, v in bad.items())
+            raise FloatingPointError(f"{shown} after epoch {self.epoch + 1}: the model diverged (or the "
+                                     "validation set is empty); no checkpoint saved for this epoch")
         self.epoch += 1
         self.batch_index = 0
         unit = getattr(self.task, "count_unit", "tok")
         seconds = max(self.epoch_seconds, 1e-9)
         throughput = {"train_time": round(self.epoch_seconds, 2),
                       _per_s_key(unit): round(self.epoch_tokens / seconds, 1)}
+        counts = {}
         if hasattr(self.task, "input_tokens"):
             throughput["tokens_per_s"] = round(self.epoch_inputs / seconds, 1)
-        record = {"epoch": self.epoch, "step": self.optimizer.t,
-                  "train_loss": self.epoch_loss / max(self.epoch_tokens, 1), "time": round(elapsed, 2),
-                  **throughput, **metrics}
+            counts["input_tokens"] = self.epoch_inputs  # the same in every run: kept by without_timing
+        record = {"epoch": self.epoch, "step": self.optimizer.t, "train_loss": train_loss,
+                  "time": round(elapsed, 2), **counts, **throughput, **metrics}
         self.epoch_loss, self.epoch_tokens = 0.0, 0
         self.epoch_inputs, self.epoch_seconds = 0, 0.0
         self.history["epochs"].append(record)

@@ -41,18 +41,42 @@ def test_predict_argument_and_stdin_keep_order(run_dir, capsys, monkeypatch):
     (["predict", "--checkpoint", "{run}", "1 2 3 4 5 6 1"], "longer than max_len=6"),
     (["predict", "--checkpoint", "{run}/missing", "1 2"], "does not exist"),
     (["eval", "--checkpoint", "{run}", "--n", "0"], "n must be at least 1"),
+    (["eval", "--checkpoint", "{run}", "--seed", "-1"], "--seed must be 0 or more, got -1"),
+    (["eval", "--checkpoint", "{run}", "--beam", "0"], "--beam must be at least 1"),
+    (["attention", "--checkpoint", "{run}", "1 2", "--out", "{run}/a.txt"], "--out {run}/a.txt: expected an image"),
+    # Training options name the flags the user typed, not the settings' field names.
+    (["train", "reverse", "--accum", "0", "--out", "{run}/new"], "--accum must be at least 1, got 0"),
+    (["train", "reverse", "--clip", "-1", "--out", "{run}/new"], "--clip must be positive (0: off), got -1.0"),
+    (["train", "reverse", "--max-minutes", "0", "--out", "{run}/new"], "--max-minutes must be positive"),
+    (["train", "reverse", "--out", "{run}/history.json"], "is a file; expected a run directory"),
+    (["train", "reverse", "--resume", "--out", "{run}/new"], "--resume: --out {run}/new holds no run"),
 ])
 def test_bad_arguments_give_one_line_errors(run_dir, capsys, argv, message):
     argv = [a.replace("{run}", str(run_dir)) for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and message in err
+    assert err.startswith("error: ") and message.replace("{run}", str(run_dir)) in err
+    assert not (run_dir / "new" / "last").exists()
     assert len(err.strip().splitlines()) == 1
 
 
 def test_training_into_an_existing_run_needs_resume(run_dir, capsys):
     assert main(["train", "reverse", "--epochs", "1", "--out", str(run_dir)]) == 2
     assert "--resume" in capsys.readouterr().err
+
+
+def test_a_closed_pipe_is_not_an_error(run_dir, tmp_path):
+    """``predict ... | head -n 1``: the reader leaves early; exit 0 with nothing on stderr."""
+    lines = tmp_path / "in.txt"
+    lines.write_text("1 2 3\n" * 20000)
+    with open(lines) as stdin:
+        p = subprocess.Popen([sys.executable, "-m", "numpytransformer", "predict", "--checkpoint", str(run_dir)],
+                             stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        first = p.stdout.readline()
+        p.stdout.close()  # as head does after its line
+        err = p.stderr.read()
+        assert p.wait(timeout=120) == 0
+    assert len(first.split()) >= 1 and err == b""
 
 
 def test_eval_and_attention(run_dir, tmp_path, capsys):

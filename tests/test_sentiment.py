@@ -16,8 +16,8 @@ from numpytransformer.baselines import evaluate, train_bow_logreg
 from numpytransformer.cli import main
 from numpytransformer.datasets.imdb import load_imdb
 from numpytransformer.tasks.sentiment import UNK, SentimentSettings, SentimentTask, truncate_ids
-from numpytransformer.trainer import TrainConfig, Trainer
-from test_training import _cfg, _epochs, _losses, _quiet
+from numpytransformer.trainer import TrainConfig, Trainer, without_timing
+from test_training import _cfg, _epochs, _Interrupting, _losses, _quiet
 
 POS = ["great", "wonderful", "superb", "delight", "loved", "brilliant"]
 NEG = ["awful", "boring", "terrible", "waste", "hated", "dull"]
@@ -38,7 +38,7 @@ def synthetic_review(rng, label: int) -> str:
 
 def write_imdb_csv(root, reviews):
     """``root/imdb/imdb.csv.gz`` in the real file's format from ``{split: [(text, label), ...]}``."""
-    (root / "imdb").mkdir()
+    (root / "imdb").mkdir(parents=True)
     with gzip.open(root / "imdb" / "imdb.csv.gz", "wt", encoding="utf-8", newline="") as f:
         w = csv.writer(f)
         w.writerow(["review", "sentiment", "split", "id", "rating", "orig_path"])
@@ -193,9 +193,14 @@ def test_progress_reports_reviews_and_tokens_per_second(synthetic_dir, tmp_path)
     trainer.fit()
     progress = [line for line in lines if " update " in line]
     assert progress and all(re.search(r" reviews/s [\d,]+ tok/s [\d,]+ eta ", line) for line in progress)
-    assert re.match(r"throughput: \d+ updates in [\d.]+ s of training \(validation excluded\): "
-                    r"reviews/s [\d,]+ tok/s [\d,]+ \([\d,]+ tokens\)$", lines[-1])
+    summary = [line for line in lines if line.startswith("throughput: ")]
+    assert len(summary) == 1 and re.match(r"throughput: \d+ updates in [\d.]+ s of training \(validation "
+                                          r"excluded\): reviews/s [\d,]+ tok/s [\d,]+ \([\d,]+ tokens\)$",
+                                          summary[0])
     epoch = trainer.history["epochs"][0]
+    # The epoch's input-token count is recorded, and kept by without_timing (runs agree on it).
+    assert epoch["input_tokens"] == sum(len(x) for x in task.split_ids("train")[0])
+    assert without_timing(epoch)["input_tokens"] == epoch["input_tokens"]
     ids = task.split_ids("train")[0]
     # Both rates share the epoch's time, so their ratio is the mean review length in tokens.
     assert epoch["tokens_per_s"] / epoch["reviews_per_s"] == pytest.approx(np.mean([len(x) for x in ids]), rel=1e-3)
@@ -210,7 +215,9 @@ def test_reversal_progress_line_is_unchanged(tmp_path):
     Trainer(task.build_model(), task, _cfg(epochs=1, log_every=1), tmp_path, log=lines.append).fit()
     progress = [line for line in lines if " update " in line]
     assert progress and all(re.search(r" lr \S+ tok/s [\d,]+ eta ", line) for line in progress)
-    assert lines[-1].startswith("throughput: ") and lines[-1].endswith(re.search(r"tok/s [\d,]+$", lines[-1])[0])
+    summary = [line for line in lines if line.startswith("throughput: ")]
+    assert len(summary) == 1 and re.match(r"throughput: [\d,]+ updates in [\d.]+ s of training \(validation "
+                                          r"excluded\): tok/s [\d,]+$", summary[0])
 
 
 # ---- the task on the synthetic file --------------------------------------------------------------
@@ -381,9 +388,33 @@ def test_a_nan_validation_score_stops_training_before_a_best_checkpoint(syntheti
         "selection_metric": "accuracy",
         "validate": lambda self, model: {"val_loss": float("nan"), "accuracy": float("nan")}})()
     trainer = Trainer(task.build_model(), monkeypatch_free, _cfg(epochs=1), tmp_path, log=_quiet)
-    with pytest.raises(FloatingPointError, match="validation accuracy is nan.*no best checkpoint"):
+    with pytest.raises(FloatingPointError, match="val_loss nan, accuracy nan after epoch 1: the model diverged"):
         trainer.fit()
     assert not (tmp_path / "best").exists()
+
+
+def test_a_diverged_model_is_caught_even_when_its_accuracy_looks_finite(synthetic_dir, tmp_path, monkeypatch):
+    """NaN weights make every logit NaN; argmax then gives one label, an accuracy of about 0.5.
+    The epoch's last update is the one that diverges, so no later batch loss shows it: the
+    NaN validation loss stops training before best/ or last/ records the broken model."""
+    task = SentimentTask(SentimentSettings(**TINY), data_dir=synthetic_dir)
+    model = task.build_model()
+    real, n_batches, calls = task.forward_backward, len(task.train_batches(0)), []
+
+    def poisoned(m, *a, **kw):  # the last gradient overflows, as a diverging run's would
+        out = real(m, *a, **kw)
+        calls.append(1)
+        if len(calls) == n_batches:
+            for g in m.gradients().values():
+                g[...] = np.nan
+        return out
+
+    monkeypatch.setattr(task, "forward_backward", poisoned)
+    trainer = Trainer(model, task, _cfg(epochs=1, clip_norm=None), tmp_path, log=_quiet)
+    with pytest.raises(FloatingPointError, match=r"val_loss nan after epoch 1: the model diverged"):
+        trainer.fit()
+    assert 0.3 < task.validate(model)["accuracy"] < 0.7  # finite: a check of it alone would pass
+    assert not (tmp_path / "best").exists() and not (tmp_path / "last").exists()
 
 
 def test_resume_of_a_sentiment_run_gives_the_uninterrupted_losses(synthetic_dir, tmp_path):
@@ -403,6 +434,69 @@ def test_resume_of_a_sentiment_run_gives_the_uninterrupted_losses(synthetic_dir,
     assert _epochs(second) == _epochs(straight)
     for k, v in straight.model.parameters().items():
         np.testing.assert_array_equal(second.model.parameters()[k], v)
+
+
+def test_resume_after_an_interrupt_mid_epoch_of_a_sentiment_run(synthetic_dir, tmp_path):
+    """Ctrl-C half-way through epoch 1 (dropout on); a new process resumes to the uninterrupted run."""
+    settings = SentimentSettings(**{**TINY, "dropout": 0.2})
+    task = SentimentTask(settings, data_dir=synthetic_dir)
+    n_batches = len(task.train_batches(0))
+    straight = Trainer(task.build_model(), task, _cfg(epochs=2), tmp_path / "straight", log=_quiet)
+    straight.fit()
+    wrapped = _Interrupting(SentimentTask(settings, data_dir=synthetic_dir), at_call=n_batches // 2)
+    first = Trainer(wrapped.task.build_model(), wrapped, _cfg(epochs=2), tmp_path / "run", log=_quiet)
+    with pytest.raises(KeyboardInterrupt):
+        first.fit()
+    assert 0 < first.batch_index < n_batches and first.epoch == 0
+    task2 = SentimentTask(settings, data_dir=synthetic_dir)
+    second = Trainer(task2.build_model(), task2, _cfg(epochs=2), tmp_path / "run", log=_quiet)
+    second.resume()
+    second.fit()
+    assert _losses(second) == _losses(straight) and _epochs(second) == _epochs(straight)
+    for k, v in straight.model.parameters().items():
+        np.testing.assert_array_equal(second.model.parameters()[k], v)
+
+
+def test_resume_refuses_other_data(synthetic_dir, tmp_path):
+    """The same settings on a changed data file would pick other reviews: resume says so."""
+    task = SentimentTask(SentimentSettings(**TINY), data_dir=synthetic_dir)
+    Trainer(task.build_model(), task, _cfg(epochs=1), tmp_path / "run", log=_quiet).fit()
+    rng = np.random.default_rng(1)
+    changed = write_imdb_csv(tmp_path / "changed", {
+        split: [(synthetic_review(rng, i % 2), i % 2) for i in range(n)] for split, n in (("train", 380),
+                                                                                          ("test", 200))})
+    task2 = SentimentTask.from_dict(task.to_dict(), data_dir=changed)
+    again = Trainer(task2.build_model(), task2, _cfg(epochs=2), tmp_path / "run", log=_quiet)
+    with pytest.raises(ValueError, match=r"not the ones it was trained on \(split_sha256 .*train_reviews 360 "
+                                         r"then, 342 now, val_reviews 40 then, 38 now\)"):
+        again.resume()
+    same = SentimentTask.from_dict(task.to_dict(), data_dir=synthetic_dir)
+    Trainer(same.build_model(), same, _cfg(epochs=2), tmp_path / "run", log=_quiet).resume()  # accepted
+
+
+def test_random_test_samples_have_exactly_n_reviews(trained, synthetic_dir):
+    task, model, _ = trained
+    for n in (1, 3, 7, 199):
+        m = task.evaluate_fresh(model, n=n, seed=5)
+        assert m["n"] == n and np.isfinite(m["loss"]) and 0 <= m["accuracy"] <= 1
+    quick = SentimentTask.from_dict({**task.to_dict(), "n_test": 7}, data_dir=synthetic_dir)
+    labels = quick.texts("test")[1]
+    assert len(labels) == 7 and sorted(np.bincount(labels).tolist()) == [3, 4]
+
+
+def test_training_options_and_out_are_checked_before_the_data_is_read(tmp_path, capsys):
+    """IMDB takes half a minute to read: a bad option must not wait for it (the data folder is missing)."""
+    missing = str(tmp_path / "no-data")
+    for argv, message in ((["--epochs", "0"], "--epochs must be at least 1"),
+                          (["--accum", "0"], "--accum must be at least 1"),
+                          (["--out", str(tmp_path / "file.txt")], "is a file; expected a run directory")):
+        (tmp_path / "file.txt").write_text("x")
+        assert main(["train", "sentiment", "--data-dir", missing, "--out", str(tmp_path / "run"), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and message in err and "no-data" not in err
+    # With good options the missing data is the error.
+    assert main(["train", "sentiment", "--data-dir", missing, "--out", str(tmp_path / "run")]) == 2
+    assert "no-data" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, expected", [

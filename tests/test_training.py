@@ -232,3 +232,19 @@ def test_translation_loss_falls_on_a_few_hundred_pairs(tmp_path):
     trainer.fit()
     losses = _losses(trainer)
     assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:3])
+
+
+def test_the_time_budget_stops_after_the_epoch_that_crosses_it(tmp_path):
+    """A budget that the first epoch already uses up: training stops after it, and says so;
+    when that epoch is the last anyway, nothing is said (nothing was cut short)."""
+    task = _task(n_train=200)
+    lines = []
+    trainer = Trainer(task.build_model(), task, _cfg(epochs=3, max_minutes=1e-6), tmp_path / "cut", log=lines.append)
+    trainer.fit()
+    assert len(trainer.history["epochs"]) == 1
+    assert [line for line in lines if line.startswith("stopping:")] == [
+        "stopping: the time budget of 1e-06 minutes is used up"]
+    lines.clear()
+    trainer = Trainer(task.build_model(), task, _cfg(epochs=1, max_minutes=1e-6), tmp_path / "whole", log=lines.append)
+    trainer.fit()
+    assert len(trainer.history["epochs"]) == 1 and not any(line.startswith("stopping:") for line in lines)

@@ -18,6 +18,7 @@ classifies new text without the data.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -191,11 +192,22 @@ def _is_number(value) -> bool:
 
 
 def _stratified_pick(labels: np.ndarray, n: Optional[int], seed: int) -> np.ndarray:
-    """Indices of a stratified random subset of ``n`` examples (all of them when ``n`` is None or too big)."""
+    """Indices of a random subset of exactly ``n`` examples with the labels' proportions
+    (all of them, in order, when ``n`` is None or at least ``len(labels)``).
+
+    Each class gets ``floor(n * share)``; the examples left over go to the classes with
+    the largest remainders (the lower label first on a tie), so ``n = 1`` draws one review.
+    """
     if n is None or n >= len(labels):
         return np.arange(len(labels))
-    _, _, pick, _ = train_val_split(list(range(len(labels))), labels, val_fraction=n / len(labels), seed=seed)
-    return np.array(pick, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    classes, counts = np.unique(labels, return_counts=True)
+    share = n * counts / counts.sum()
+    take = np.floor(share).astype(np.int64)
+    take[np.argsort(-(share - take), kind="stable")[:n - take.sum()]] += 1
+    pick = np.concatenate([rng.choice(np.flatnonzero(labels == c), size=k, replace=False)
+                           for c, k in zip(classes, take)])
+    return rng.permutation(pick).astype(np.int64)
 
 
 class SentimentTask:
@@ -275,6 +287,18 @@ class SentimentTask:
             tok = Tokenizer("bpe", bpe=BPE.learn(train, s.bpe_merges, lowercase=s.lowercase))
         vocab = Vocab.build((tok.tokenize(t) for t in train), min_freq=s.min_freq, max_size=s.vocab_size)
         return {"tokenizer": tok.to_dict(), "vocab": vocab.to_dict()}
+
+    def data_summary(self) -> dict:
+        """What the run's data split is: review counts and a digest of which reviews.
+
+        The trainer stores it in the checkpoint and refuses to resume on other data (a
+        changed data file, or a validation set that lost other duplicates), which would
+        otherwise continue silently with different reviews."""
+        digest = hashlib.sha256()
+        for split in ("train", "val"):
+            digest.update(np.ascontiguousarray(self.split_indices(split), dtype="<i8").tobytes())
+        return {"train_reviews": int(len(self.split_indices("train"))),
+                "val_reviews": int(len(self.split_indices("val"))), "split_sha256": digest.hexdigest()[:16]}
 
     def to_dict(self) -> dict:
         return {"name": "sentiment", **asdict(self.s),
@@ -392,7 +416,7 @@ class SentimentTask:
 
     def evaluate_fresh(self, model, n: int = 0, seed: int = 1, beam: int = 1) -> Dict[str, float]:
         """Accuracy on the whole test split (the run's ``n_test`` does not apply); ``n`` > 0: a
-        stratified random sample of n test reviews drawn with ``seed``."""
+        random sample of exactly n test reviews, in the split's label proportions, drawn with ``seed``."""
         if n < 0:
             raise ValueError(f"--n must be 0 (the whole test split) or positive, got {n}")
         if self.s.n_test is None:
@@ -403,8 +427,7 @@ class SentimentTask:
                 self._ids["test_all"] = ([self.encode(t) for t in texts], labels)
             ids, labels = self._ids["test_all"]
         if 0 < n < len(labels):
-            _, _, pick, _ = train_val_split(list(range(len(labels))), labels, val_fraction=n / len(labels),
-                                            seed=seed)
+            pick = _stratified_pick(labels, n, seed)
             ids, labels = [ids[i] for i in pick], labels[pick]
         model.eval()
         return {"split": "test", "n": len(labels), **self._scores(self.probabilities(model, ids), labels)}
