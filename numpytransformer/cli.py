@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -88,7 +88,7 @@ _TRAIN_OPTIONS = (("epochs", "epochs", int, "passes over the training data"),
                   ("clip_norm", "clip", float, "clip the global gradient norm (0: off)"),
                   ("accum_steps", "accum", int, "batches per update (gradient accumulation)"),
                   ("log_every", "log-every", int, "updates between progress lines"),
-                  ("max_minutes", "max-minutes", float, "stop after the epoch that exceeds this many minutes"))
+                  ("max_minutes", "max-minutes", float, "stop after the epoch that exceeds this many minutes (0: no limit)"))
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -108,21 +108,25 @@ def _add_train_options(p: argparse.ArgumentParser, out: str, recipes: Dict[str, 
         g.add_argument(f"--{flag}", dest=field, type=typ, default=None, help=f"{text} [{shown}]")
     g.add_argument("--out", default=out, help="run directory: checkpoints best/ and last/, history.json, curves.png")
     g.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.set_defaults(default_out=out)  # for messages: "--out runs/reverse (the default)"
 
 
 def _train_config(args, recipe: TrainConfig) -> TrainConfig:
     """The recipe with the options given; a bad value is a ValueError naming its flag."""
     values = {field: getattr(args, field) for field, *_ in _TRAIN_OPTIONS if getattr(args, field) is not None}
-    if values.get("clip_norm") == 0:
-        values["clip_norm"] = None
+    # On the command line 0 turns clipping and the time budget off (None in TrainConfig).
+    off = {"clip_norm": "(0: off)", "max_minutes": "(0: no limit)"}
+    for field in off:
+        if values.get(field) == 0:
+            values[field] = None
     try:
         return dataclasses.replace(recipe, **values)
     except ValueError as e:
         # TrainConfig names its fields ("accum_steps must be at least 1, got 0"): name the flags.
-        message = str(e).replace("(or None: off)", "(0: off)")
+        message = str(e)
         for field, flag, *_ in _TRAIN_OPTIONS:
             if message.startswith(field + " "):
-                message = f"--{flag}{message[len(field):]}"
+                message = f"--{flag}{message[len(field):]}".replace("(or None: off)", off.get(field, ""))
         raise ValueError(message) from None
 
 
@@ -134,11 +138,11 @@ def _check_training_args(args, recipe: TrainConfig) -> None:
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {args.out} is a file; expected a run directory (new or existing)")
     has_run = (out / "last" / "checkpoint.json").exists()
+    named = f"--out {args.out}" + (" (the default)" if args.out == getattr(args, "default_out", None) else "")
     if args.resume and not has_run:
-        raise ValueError(f"--resume: --out {args.out} holds no run to continue (no last/checkpoint.json)")
+        raise ValueError(f"--resume: {named} holds no run to continue (no last/checkpoint.json)")
     if not args.resume and has_run:
-        raise ValueError(f"--out {args.out} already holds a run: pass --resume to continue it, "
-                         "or choose another --out")
+        raise ValueError(f"{named} already holds a run: pass --resume to continue it, or choose another --out")
     # Write a file where the run will go now, not after the first epoch (creating nothing:
     # a run that fails to start leaves no empty directory behind).
     nearest = next(p for p in (out, *out.absolute().parents) if p.exists())
@@ -292,6 +296,8 @@ def cmd_eval(args) -> None:
 
 
 def cmd_predict(args) -> None:
+    if args.beam < 1:
+        raise ValueError(f"--beam must be at least 1 (1: greedy), got {args.beam}")
     task, model, _ = load_for_inference(args.checkpoint, task_name=_TASK_OF_COMMAND.get(args.command))
     lines = _read_inputs(args.sequence)
     for out in task.predict_text(model, lines, beam=args.beam):
@@ -312,17 +318,20 @@ def cmd_classify(args) -> None:
         print(out)
 
 
-#: File types the attention plot can be saved as (matplotlib picks the format by suffix).
-_IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
+def _image_suffixes() -> Tuple[str, ...]:
+    """File types the attention plot can be saved as: matplotlib's, which picks the format by suffix."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return tuple("." + kind for kind in sorted(FigureCanvasBase.get_supported_filetypes()))
 
 
 def cmd_attention(args) -> None:
     from .plotting import plot_attention
 
-    suffix = Path(args.out).suffix.lower()
-    if suffix not in _IMAGE_SUFFIXES:
+    suffix, allowed = Path(args.out).suffix.lower(), _image_suffixes()
+    if suffix not in allowed:
         raise ValueError(f"--out {args.out}: expected an image file name ending in "
-                         f"{', '.join(_IMAGE_SUFFIXES)}, got {suffix or 'no suffix'}")
+                         f"{', '.join(allowed)}, got {suffix or 'no suffix'}")
     task, model, _ = load_for_inference(args.checkpoint)
     if task.to_dict()["name"] == "sentiment" and not task.tokens(args.sequence):
         raise ValueError("SEQUENCE has no words once cleaned (<br /> tags, HTML entities and spaces removed); "
@@ -431,8 +440,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--val-fraction", type=float, default=c.val_fraction,
                    help="share of the training reviews held out for validation")
     g.add_argument("--n-train", type=int, default=None,
-                   help="use a random subset of this many training reviews (before the validation split)")
-    g.add_argument("--n-test", type=int, default=None, help="score a random subset of this many test reviews")
+                   help="use a stratified random subset of about this many training reviews (before the validation "
+                        "split; each class gives its rounded share)")
+    g.add_argument("--n-test", type=int, default=None,
+                   help="score a stratified random subset of about this many test reviews")
     g.add_argument("--batch-tokens", type=int, default=c.batch_tokens, help="token budget of a batch, padding "
                                                                              "included")
     g.add_argument("--max-batch-size", type=int, default=c.max_batch_size, help="most reviews in a batch")
@@ -516,13 +527,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except BrokenPipeError:  # the reader went away (e.g. "| head"): not an error; before OSError, its base
+    except BrokenPipeError:  # the reader went away (e.g. "| head"); caught before OSError, its base
         # Point stdout at /dev/null so that Python's final flush does not fail again.
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except (OSError, ValueError):  # stdout is not a file (e.g. captured in a test)
             pass
-        return 0
+        if args.command != "train":
+            return 0  # "predict ... | head -n 1" got what it asked for: not an error
+        # A run cut short is an error; the trainer saved last/ on its way out, if it had begun.
+        saved = (Path(args.out) / "last" / "checkpoint.json").is_file()
+        then = f"continue with --resume --out {args.out}" if saved else "nothing was saved"
+        print(f"error: training stopped because its output was closed; {then}", file=sys.stderr)
+        return 141  # 128 + SIGPIPE, as the shell reports a command killed by a closed pipe
     except (ValueError, OSError, FloatingPointError) as e:  # CheckpointError is a ValueError
         if os.environ.get("NUMPYTRANSFORMER_DEBUG"):
             raise

@@ -225,10 +225,13 @@ class Trainer:
                         and time.perf_counter() - start > 60 * cfg.max_minutes):
                     self.log(f"stopping: the time budget of {cfg.max_minutes} minutes is used up")
                     break
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, BrokenPipeError) as stop:
+            # Ctrl-C, or the reader of the progress lines went away ("train ... | head"): both
+            # land between updates, so the state is whole and --resume continues from it.
             self.save("last", rng_state=boundary_rng)
             atomic_write_text(self.out_dir / "history.json", json.dumps(self.history, indent=1))
-            self.log(f"interrupted: saved {self.out_dir / 'last'} at update {opt.t}; continue with --resume")
+            if isinstance(stop, KeyboardInterrupt):  # a closed pipe has no reader left to tell
+                self.log(f"interrupted: saved {self.out_dir / 'last'} at update {opt.t}; continue with --resume")
             raise
         if run["updates"]:
             seconds = max(run["seconds"], 1e-9)
@@ -251,8 +254,10 @@ class Trainer:
         bad = {k: v for k, v in {"train_loss": train_loss, **metrics}.items() if not np.isfinite(v)}
         if bad:
             shown = ", ".join(f"{k} {v}" for k, v in bad.items())
-            raise FloatingPointError(f"{shown} after epoch {self.epoch + 1}: the model diverged (or the "
-                                     "validation set is empty); no checkpoint saved for this epoch")
+            # Only a validation metric can be NaN for want of validation examples.
+            empty = " (or the validation set is empty)" if set(bad) - {"train_loss"} else ""
+            raise FloatingPointError(f"{shown} after epoch {self.epoch + 1}: the model diverged{empty}; "
+                                     "no checkpoint saved for this epoch")
         self.epoch += 1
         self.batch_index = 0
         unit = getattr(self.task, "count_unit", "tok")
@@ -268,14 +273,15 @@ class Trainer:
         self.epoch_loss, self.epoch_tokens = 0.0, 0
         self.epoch_inputs, self.epoch_seconds = 0, 0.0
         self.history["epochs"].append(record)
-        shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-        self.log(f"epoch {self.epoch} done: train_loss {record['train_loss']:.4f} {shown} "
-                 f"[{_fmt_time(record['time'])}]")
         if score > self.best_score:
             self.save("best")
             self.best_score = score  # only once best/ holds it
         self.save("last")
         atomic_write_text(self.out_dir / "history.json", json.dumps(self.history, indent=1))
+        # Saved first, reported second: a failing log (a closed pipe) cannot lose the epoch.
+        shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+        self.log(f"epoch {self.epoch} done: train_loss {record['train_loss']:.4f} {shown} "
+                 f"[{_fmt_time(record['time'])}]")
 
 
 class _deferred_interrupt:

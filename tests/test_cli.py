@@ -1,5 +1,6 @@
 """The command line end to end on a tiny run: train, predict (argument and stdin), eval,
 attention, translate, and one-line errors instead of tracebacks."""
+import json
 import subprocess
 import sys
 
@@ -40,14 +41,18 @@ def test_predict_argument_and_stdin_keep_order(run_dir, capsys, monkeypatch):
     (["predict", "--checkpoint", "{run}", "3 99"], "unknown symbol 99"),
     (["predict", "--checkpoint", "{run}", "1 2 3 4 5 6 1"], "longer than max_len=6"),
     (["predict", "--checkpoint", "{run}/missing", "1 2"], "does not exist"),
-    (["eval", "--checkpoint", "{run}", "--n", "0"], "n must be at least 1"),
+    (["eval", "--checkpoint", "{run}", "--n", "0"], "--n must be at least 1, got 0"),
     (["eval", "--checkpoint", "{run}", "--seed", "-1"], "--seed must be 0 or more, got -1"),
     (["eval", "--checkpoint", "{run}", "--beam", "0"], "--beam must be at least 1"),
+    (["predict", "--checkpoint", "{run}", "1 2", "--beam", "0"], "--beam must be at least 1 (1: greedy), got 0"),
+    (["predict", "--checkpoint", "{run}", "1 2", "--beam", "-3"], "--beam must be at least 1 (1: greedy), got -3"),
     (["attention", "--checkpoint", "{run}", "1 2", "--out", "{run}/a.txt"], "--out {run}/a.txt: expected an image"),
     # Training options name the flags the user typed, not the settings' field names.
     (["train", "reverse", "--accum", "0", "--out", "{run}/new"], "--accum must be at least 1, got 0"),
     (["train", "reverse", "--clip", "-1", "--out", "{run}/new"], "--clip must be positive (0: off), got -1.0"),
-    (["train", "reverse", "--max-minutes", "0", "--out", "{run}/new"], "--max-minutes must be positive"),
+    (["train", "reverse", "--clip", "nan", "--out", "{run}/new"], "--clip must be positive (0: off), got nan"),
+    (["train", "reverse", "--max-minutes", "-1", "--out", "{run}/new"],
+     "--max-minutes must be positive (0: no limit), got -1.0"),
     (["train", "reverse", "--out", "{run}/history.json"], "is a file; expected a run directory"),
     (["train", "reverse", "--resume", "--out", "{run}/new"], "--resume: --out {run}/new holds no run"),
 ])
@@ -56,8 +61,26 @@ def test_bad_arguments_give_one_line_errors(run_dir, capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message.replace("{run}", str(run_dir)) in err
-    assert not (run_dir / "new" / "last").exists()
+    assert not (run_dir / "new").exists()  # nothing is created by a command that fails to start
     assert len(err.strip().splitlines()) == 1
+
+
+def test_zero_turns_clipping_and_the_time_budget_off():
+    from numpytransformer.cli import _train_config, build_parser
+    from numpytransformer.tasks.sentiment import SENTIMENT_TRAIN
+
+    args = build_parser().parse_args(["train", "sentiment", "--clip", "0", "--max-minutes", "0"])
+    cfg = _train_config(args, SENTIMENT_TRAIN)
+    assert cfg.clip_norm is None and cfg.max_minutes is None
+    assert SENTIMENT_TRAIN.clip_norm == 1.0 and SENTIMENT_TRAIN.max_minutes == 16  # the recipe is unchanged
+
+
+def test_resume_without_out_names_the_default(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "reverse", "--resume"]) == 2
+    assert capsys.readouterr().err == ("error: --resume: --out runs/reverse (the default) holds no run to continue "
+                                       "(no last/checkpoint.json)\n")
+    assert not (tmp_path / "runs").exists()
 
 
 def test_training_into_an_existing_run_needs_resume(run_dir, capsys):
@@ -77,6 +100,27 @@ def test_a_closed_pipe_is_not_an_error(run_dir, tmp_path):
         err = p.stderr.read()
         assert p.wait(timeout=120) == 0
     assert len(first.split()) >= 1 and err == b""
+
+
+def test_a_closed_pipe_stops_training_with_an_error_and_a_checkpoint(tmp_path):
+    """``train ... | head``: the run cannot report, so it stops (exit 141, 128 + SIGPIPE), saves
+    last/ first, and --resume completes it."""
+    out = tmp_path / "run"
+    argv = ["train", "reverse", "--n-symbols", "6", "--max-len", "6", "--n-train", "400", "--n-val", "40",
+            "--n-test", "40", "--d-model", "16", "--d-ff", "32", "--layers", "1", "--epochs", "3",
+            "--log-every", "1", "--out", str(out)]
+    p = subprocess.Popen([sys.executable, "-m", "numpytransformer", *argv], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    while b" update " not in p.stdout.readline():  # read up to the first progress line
+        pass
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=300) == 141
+    assert err == f"error: training stopped because its output was closed; continue with --resume --out {out}\n"
+    meta = json.loads((out / "last" / "checkpoint.json").read_text())
+    assert meta["epoch"] < 3 and meta["step"] >= 1
+    assert main(argv + ["--resume"]) == 0
+    assert len(json.loads((out / "history.json").read_text())["epochs"]) == 3
 
 
 def test_eval_and_attention(run_dir, tmp_path, capsys):

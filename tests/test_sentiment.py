@@ -14,8 +14,9 @@ import pytest
 
 from numpytransformer.baselines import evaluate, train_bow_logreg
 from numpytransformer.cli import main
-from numpytransformer.datasets.imdb import load_imdb
-from numpytransformer.tasks.sentiment import UNK, SentimentSettings, SentimentTask, truncate_ids
+from numpytransformer.datasets.imdb import load_imdb, train_val_split
+from numpytransformer.tasks.sentiment import (UNK, SentimentSettings, SentimentTask, _sample_exactly,
+                                              _stratified_pick, truncate_ids)
 from numpytransformer.trainer import TrainConfig, Trainer, without_timing
 from test_training import _cfg, _epochs, _Interrupting, _losses, _quiet
 
@@ -417,6 +418,21 @@ def test_a_diverged_model_is_caught_even_when_its_accuracy_looks_finite(syntheti
     assert not (tmp_path / "best").exists() and not (tmp_path / "last").exists()
 
 
+def test_a_nan_training_loss_alone_stops_training(synthetic_dir, tmp_path, monkeypatch):
+    """Finite validation scores and a NaN training loss: still a diverged run, and the message
+    does not blame an empty validation set, which cannot make the training loss NaN."""
+    task = SentimentTask(SentimentSettings(**TINY), data_dir=synthetic_dir)
+    real = task.forward_backward
+    monkeypatch.setattr(task, "forward_backward", lambda m, *a, **kw: (float("nan"), real(m, *a, **kw)[1]))
+    trainer = Trainer(task.build_model(), task, _cfg(epochs=1), tmp_path, log=_quiet)
+    with pytest.raises(FloatingPointError) as caught:
+        trainer.fit()
+    assert str(caught.value) == ("train_loss nan after epoch 1: the model diverged; no checkpoint saved for "
+                                 "this epoch")
+    assert np.isfinite(task.validate(trainer.model)["val_loss"])
+    assert not (tmp_path / "best").exists() and not (tmp_path / "last").exists()
+
+
 def test_resume_of_a_sentiment_run_gives_the_uninterrupted_losses(synthetic_dir, tmp_path):
     """As for reversal (tests/test_training.py): 2 epochs straight equal 1, a fresh process, then 1 more.
     Dropout is on, so the saved random state matters."""
@@ -474,14 +490,51 @@ def test_resume_refuses_other_data(synthetic_dir, tmp_path):
     Trainer(same.build_model(), same, _cfg(epochs=2), tmp_path / "run", log=_quiet).resume()  # accepted
 
 
-def test_random_test_samples_have_exactly_n_reviews(trained, synthetic_dir):
+def test_resume_refuses_reviews_edited_in_place(synthetic_dir, tmp_path):
+    """One training review reworded, same label, same position: the same split indices, but
+    not the same data, so resume refuses it (the digest covers the texts and labels too)."""
+    task = SentimentTask(SentimentSettings(**TINY), data_dir=synthetic_dir)
+    Trainer(task.build_model(), task, _cfg(epochs=1), tmp_path / "run", log=_quiet).fit()
+    rng = np.random.default_rng(0)  # the synthetic_dir fixture's reviews, with one changed
+    reviews = {split: [(synthetic_review(rng, i % 2), i % 2) for i in range(n)]
+               for split, n in (("train", 400), ("test", 200))}
+    text, label = reviews["train"][int(task.split_indices("train")[0])]
+    reviews["train"][int(task.split_indices("train")[0])] = (text + " a dull ending", label)
+    edited = SentimentTask.from_dict(task.to_dict(), data_dir=write_imdb_csv(tmp_path / "edited", reviews))
+    for split in ("train", "val"):
+        np.testing.assert_array_equal(edited.split_indices(split), task.split_indices(split))
+    again = Trainer(edited.build_model(), edited, _cfg(epochs=2), tmp_path / "run", log=_quiet)
+    with pytest.raises(ValueError, match=r"not the ones it was trained on \(split_sha256 \w+ then, \w+ now\)"):
+        again.resume()
+
+
+def test_random_test_samples_have_exactly_n_reviews(trained):
     task, model, _ = trained
     for n in (1, 3, 7, 199):
         m = task.evaluate_fresh(model, n=n, seed=5)
         assert m["n"] == n and np.isfinite(m["loss"]) and 0 <= m["accuracy"] <= 1
-    quick = SentimentTask.from_dict({**task.to_dict(), "n_test": 7}, data_dir=synthetic_dir)
-    labels = quick.texts("test")[1]
-    assert len(labels) == 7 and sorted(np.bincount(labels).tolist()) == [3, 4]
+
+
+def test_an_odd_sample_of_a_balanced_split_is_not_always_short_of_one_class():
+    """The review left over after the even split goes to either class, by the seed."""
+    labels = np.array([0, 1] * 50)
+    extra = {int(np.bincount(labels[_sample_exactly(labels, 7, seed)]).argmax()) for seed in range(20)}
+    assert extra == {0, 1}
+    for seed in range(20):
+        pick = _sample_exactly(labels, 7, seed)
+        assert len(pick) == len(set(pick.tolist())) == 7 and sorted(np.bincount(labels[pick])) == [3, 4]
+
+
+def test_n_train_and_n_test_select_the_subsets_they_always_have(synthetic_dir):
+    """Checkpoints record n_train and n_test, not the reviews they picked: the selection must not
+    change between versions, or an old run would resume on other reviews. These are the picks
+    of train_val_split with a fraction of n / len (each class gives its rounded share)."""
+    labels = np.array([0, 1] * 200)
+    for n in (7, 40, 333):
+        _, _, expected, _ = train_val_split(list(range(len(labels))), labels, val_fraction=n / len(labels), seed=3)
+        np.testing.assert_array_equal(_stratified_pick(labels, n, 3), expected)
+    quick = SentimentTask(SentimentSettings(**{**TINY, "n_test": 7}), data_dir=synthetic_dir)
+    assert len(quick.texts("test")[1]) == 8  # round(3.5) + round(3.5): within one review per class
 
 
 def test_training_options_and_out_are_checked_before_the_data_is_read(tmp_path, capsys):

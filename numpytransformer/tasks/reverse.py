@@ -200,7 +200,7 @@ class ReversalTask:
     def evaluate_fresh(self, model, n: int = 1000, seed: int = 1, beam: int = 1) -> Dict[str, float]:
         """Metrics on ``n`` newly drawn sequences that are in neither the training nor the validation split."""
         if n < 1:
-            raise ValueError(f"n must be at least 1, got {n}")
+            raise ValueError(f"--n must be at least 1, got {n}")
         seen = {x.tobytes() for x in self.splits[0]} | {x.tobytes() for x in self.splits[1]}
         s = self.s
         # Draw extra so that enough remain once the seen sequences are removed.

@@ -109,8 +109,9 @@ class SentimentSettings:
     ``vocab_size`` caps the vocabulary (the four special tokens included) built from the
     training split with ``min_freq``. ``max_tokens`` cuts each review (see
     :func:`truncate_ids` for ``truncate``). ``n_train`` uses a stratified random subset of
-    that many of the 25,000 training reviews *before* the validation split, and ``n_test``
-    a stratified subset of the test reviews (both for quick runs; None: all).
+    about that many of the 25,000 training reviews *before* the validation split, and
+    ``n_test`` a stratified subset of the test reviews (each class gives its rounded share,
+    so the size can be off by one per class; both for quick runs; None: all).
     ``pooling="first"`` puts a ``<bos>`` token, the classifier's [CLS], in front of every review.
 
     Every field is checked when the settings are made, before any data is read; a bad
@@ -192,19 +193,34 @@ def _is_number(value) -> bool:
 
 
 def _stratified_pick(labels: np.ndarray, n: Optional[int], seed: int) -> np.ndarray:
-    """Indices of a random subset of exactly ``n`` examples with the labels' proportions
-    (all of them, in order, when ``n`` is None or at least ``len(labels)``).
+    """Indices of the stratified random subset that ``n_train`` and ``n_test`` select (all of
+    them, in order, when ``n`` is None or at least ``len(labels)``).
 
-    Each class gets ``floor(n * share)``; the examples left over go to the classes with
-    the largest remainders (the lower label first on a tie), so ``n = 1`` draws one review.
+    It is :func:`~numpytransformer.datasets.imdb.train_val_split` with a "validation"
+    fraction of ``n / len(labels)``: each class gives ``round(n * share)`` examples, so the
+    total can differ from ``n`` by one per class. Checkpoints record the settings, not the
+    indices, so this selection must stay as it is for a saved run to resume on the same
+    reviews; :func:`_sample_exactly` is the sampler with an exact size.
     """
     if n is None or n >= len(labels):
         return np.arange(len(labels))
+    _, _, pick, _ = train_val_split(list(range(len(labels))), labels, val_fraction=n / len(labels), seed=seed)
+    return np.array(pick, dtype=np.int64)
+
+
+def _sample_exactly(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """Indices of a random sample of exactly ``n`` examples in the labels' proportions, for ``eval --n``.
+
+    Each class gets ``floor(n * share)``; the examples left over go to the classes with the
+    largest remainders, ties broken at random with ``seed`` (so an odd sample of a balanced
+    split is not always one negative review short), and ``n = 1`` draws one review.
+    """
     rng = np.random.default_rng(seed)
     classes, counts = np.unique(labels, return_counts=True)
     share = n * counts / counts.sum()
     take = np.floor(share).astype(np.int64)
-    take[np.argsort(-(share - take), kind="stable")[:n - take.sum()]] += 1
+    order = np.lexsort((rng.random(len(classes)), -(share - take)))  # largest remainder, then a random tie-break
+    take[order[:n - take.sum()]] += 1
     pick = np.concatenate([rng.choice(np.flatnonzero(labels == c), size=k, replace=False)
                            for c, k in zip(classes, take)])
     return rng.permutation(pick).astype(np.int64)
@@ -289,14 +305,19 @@ class SentimentTask:
         return {"tokenizer": tok.to_dict(), "vocab": vocab.to_dict()}
 
     def data_summary(self) -> dict:
-        """What the run's data split is: review counts and a digest of which reviews.
+        """What the run's data split is: review counts and a digest of which reviews (their
+        positions in the file, labels and cleaned texts).
 
         The trainer stores it in the checkpoint and refuses to resume on other data (a
         changed data file, or a validation set that lost other duplicates), which would
         otherwise continue silently with different reviews."""
         digest = hashlib.sha256()
         for split in ("train", "val"):
+            texts, labels = self.texts(split)
             digest.update(np.ascontiguousarray(self.split_indices(split), dtype="<i8").tobytes())
+            digest.update(np.ascontiguousarray(labels, dtype="<i8").tobytes())
+            for text in texts:  # a review edited in place keeps its position: hash the words too
+                digest.update(text.encode("utf-8") + b"\0")
         return {"train_reviews": int(len(self.split_indices("train"))),
                 "val_reviews": int(len(self.split_indices("val"))), "split_sha256": digest.hexdigest()[:16]}
 
@@ -427,7 +448,7 @@ class SentimentTask:
                 self._ids["test_all"] = ([self.encode(t) for t in texts], labels)
             ids, labels = self._ids["test_all"]
         if 0 < n < len(labels):
-            pick = _stratified_pick(labels, n, seed)
+            pick = _sample_exactly(labels, n, seed)
             ids, labels = [ids[i] for i in pick], labels[pick]
         model.eval()
         return {"split": "test", "n": len(labels), **self._scores(self.probabilities(model, ids), labels)}
