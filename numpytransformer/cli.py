@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -163,20 +163,34 @@ def _resumed_task_dict(args) -> Optional[dict]:
     return read_checkpoint_meta(Path(args.out) / "last")["task"]
 
 
+class TrainingCutShort(BrokenPipeError):
+    """The output of ``train`` was closed before training finished (``train ... | head``)."""
+
+    def __init__(self, out):
+        super().__init__(f"training output closed before the run into {out} finished")
+        self.out = out
+
+
 def _run_training(task, args, recipe: TrainConfig) -> None:
     model = task.build_model()
     if args.resume:
         # Continue with the settings the run was started with; options given now override them.
         recipe = TrainConfig(**read_checkpoint_meta(Path(args.out) / "last")["train"])
     cfg = _train_config(args, recipe)
-    print("training settings: " + ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(cfg).items()), flush=True)
     trainer = Trainer(model, task, cfg, args.out)
-    if args.resume:  # --out was checked by _check_training_args before the data was read
-        trainer.resume()
-    print(f"training {type(model).__name__} with {model.num_parameters():,} parameters "
-          f"({task.to_dict()['name']}); writing to {args.out}", flush=True)
-    start = time.perf_counter()
-    trainer.fit()
+    try:
+        print("training settings: " + ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(cfg).items()),
+              flush=True)
+        if args.resume:  # --out was checked by _check_training_args before the data was read
+            trainer.resume()
+        print(f"training {type(model).__name__} with {model.num_parameters():,} parameters "
+              f"({task.to_dict()['name']}); writing to {args.out}", flush=True)
+        start = time.perf_counter()
+        trainer.fit()
+    except BrokenPipeError:
+        if trainer.finished:  # only the closing summary lost its reader
+            raise
+        raise TrainingCutShort(args.out) from None
     wall = time.perf_counter() - start
     steps = trainer.history["steps"]
     print(f"trained {len(steps)} updates in {wall:.1f} s", flush=True)
@@ -318,17 +332,10 @@ def cmd_classify(args) -> None:
         print(out)
 
 
-def _image_suffixes() -> Tuple[str, ...]:
-    """File types the attention plot can be saved as: matplotlib's, which picks the format by suffix."""
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    return tuple("." + kind for kind in sorted(FigureCanvasBase.get_supported_filetypes()))
-
-
 def cmd_attention(args) -> None:
-    from .plotting import plot_attention
+    from .plotting import image_suffixes, plot_attention
 
-    suffix, allowed = Path(args.out).suffix.lower(), _image_suffixes()
+    suffix, allowed = Path(args.out).suffix.lower(), image_suffixes()
     if suffix not in allowed:
         raise ValueError(f"--out {args.out}: expected an image file name ending in "
                          f"{', '.join(allowed)}, got {suffix or 'no suffix'}")
@@ -527,17 +534,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except BrokenPipeError:  # the reader went away (e.g. "| head"); caught before OSError, its base
+    except BrokenPipeError as e:  # the reader went away (e.g. "| head"); caught before OSError, its base
         # Point stdout at /dev/null so that Python's final flush does not fail again.
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except (OSError, ValueError):  # stdout is not a file (e.g. captured in a test)
             pass
-        if args.command != "train":
-            return 0  # "predict ... | head -n 1" got what it asked for: not an error
-        # A run cut short is an error; the trainer saved last/ on its way out, if it had begun.
-        saved = (Path(args.out) / "last" / "checkpoint.json").is_file()
-        then = f"continue with --resume --out {args.out}" if saved else "nothing was saved"
+        # "predict ... | head -n 1" got what it asked for, and training that had finished
+        # saved everything before its closing report: neither is an error.
+        if not isinstance(e, TrainingCutShort):
+            return 0
+        # A run cut short is; the trainer saved last/ on its way out, if it had begun.
+        saved = (Path(e.out) / "last" / "checkpoint.json").is_file()
+        then = f"continue with --resume --out {e.out}" if saved else "nothing was saved"
         print(f"error: training stopped because its output was closed; {then}", file=sys.stderr)
         return 141  # 128 + SIGPIPE, as the shell reports a command killed by a closed pipe
     except (ValueError, OSError, FloatingPointError) as e:  # CheckpointError is a ValueError

@@ -11,7 +11,7 @@ from typing import Dict, Sequence
 
 import numpy as np
 
-__all__ = ["plot_attention"]
+__all__ = ["image_suffixes", "plot_attention"]
 
 
 def new_figure(**kwargs):
@@ -21,6 +21,17 @@ def new_figure(**kwargs):
     except ImportError:
         raise ValueError("plots need matplotlib: pip install matplotlib") from None
     return Figure(**kwargs)
+
+
+def image_suffixes() -> tuple:
+    """The file suffixes a plot can be saved as: matplotlib picks the format by suffix.
+
+    PGF is left out: matplotlib writes it only with a LaTeX installation."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise ValueError("plots need matplotlib: pip install matplotlib") from None
+    return tuple("." + kind for kind in sorted(FigureCanvasBase.get_supported_filetypes()) if kind != "pgf")
 
 
 def plot_attention(maps: Dict[str, np.ndarray], labels: Dict[str, tuple], path, title: str = "") -> Path:
@@ -57,7 +68,10 @@ def plot_attention(maps: Dict[str, np.ndarray], labels: Dict[str, tuple], path, 
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    try:
+        fig.savefig(path, dpi=110)
+    except RuntimeError as e:  # a format whose writer needs a program that is missing
+        raise ValueError(f"could not write {path}: {e}") from None
     return path
 
 

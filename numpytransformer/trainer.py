@@ -112,6 +112,7 @@ class Trainer:
         self.epoch_loss, self.epoch_tokens = 0.0, 0  # so far in the current epoch
         self.epoch_inputs, self.epoch_seconds = 0, 0.0  # input tokens and seconds in updates, ditto
         self.best_score = -np.inf
+        self.finished = False  # set by fit() once training ended normally and all is saved
         self.log = log if log is not None else (lambda msg: print(msg, file=sys.stdout, flush=True))
 
     # ---- state --------------------------------------------------------------
@@ -142,10 +143,11 @@ class Trainer:
         if doc["task"] != mine:
             diff = sorted(k for k in set(doc["task"]) | set(mine) if doc["task"].get(k) != mine.get(k))
             raise ValueError(f"cannot resume {path}: it was trained with different task settings ({', '.join(diff)})")
-        if "data" in doc and hasattr(self.task, "data_summary") and doc["data"] != self.task.data_summary():
-            now = self.task.data_summary()
-            diff = ", ".join(f"{k} {doc['data'].get(k)} then, {now.get(k)} now" for k in sorted(now)
-                             if doc["data"].get(k) != now.get(k))
+        now = self.task.data_summary() if "data" in doc and hasattr(self.task, "data_summary") else {}
+        # Compare what both record: a checkpoint from an older version may lack a newer digest.
+        diff = ", ".join(f"{k} {doc['data'][k]} then, {now[k]} now" for k in sorted(now)
+                         if k in doc["data"] and doc["data"][k] != now[k])
+        if diff:
             raise ValueError(f"cannot resume {path}: the training and validation data are not the ones it was "
                              f"trained on ({diff}); was the data file changed? Start a new run with another --out")
         load_checkpoint(path, self.model, self.optimizer)
@@ -233,6 +235,10 @@ class Trainer:
             if isinstance(stop, KeyboardInterrupt):  # a closed pipe has no reader left to tell
                 self.log(f"interrupted: saved {self.out_dir / 'last'} at update {opt.t}; continue with --resume")
             raise
+        # Every checkpoint and the history are saved: what follows only reports, so a reader
+        # that goes away now costs nothing (the command line exits quietly, not "stopped").
+        self.finished = True
+        plot_history(self.history, self.out_dir / "curves.png", log=self.log)
         if run["updates"]:
             seconds = max(run["seconds"], 1e-9)
             rates = f"{unit}/s {run['count'] / seconds:,.0f}"
@@ -240,7 +246,6 @@ class Trainer:
                 rates += f" tok/s {run['inputs'] / seconds:,.0f} ({run['inputs']:,} tokens)"
             took = f"{run['seconds']:.1f} s" if run["seconds"] < 60 else _fmt_time(run["seconds"])
             self.log(f"throughput: {run['updates']:,} updates in {took} of training (validation excluded): {rates}")
-        plot_history(self.history, self.out_dir / "curves.png", log=self.log)
         return metrics
 
     def _end_epoch(self, metrics: dict, elapsed: float) -> None:

@@ -1,9 +1,11 @@
 """The command line end to end on a tiny run: train, predict (argument and stdin), eval,
 attention, translate, and one-line errors instead of tracebacks."""
 import json
+import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from numpytransformer.cli import main
@@ -47,6 +49,8 @@ def test_predict_argument_and_stdin_keep_order(run_dir, capsys, monkeypatch):
     (["predict", "--checkpoint", "{run}", "1 2", "--beam", "0"], "--beam must be at least 1 (1: greedy), got 0"),
     (["predict", "--checkpoint", "{run}", "1 2", "--beam", "-3"], "--beam must be at least 1 (1: greedy), got -3"),
     (["attention", "--checkpoint", "{run}", "1 2", "--out", "{run}/a.txt"], "--out {run}/a.txt: expected an image"),
+    # PGF is a matplotlib format, but writing it needs LaTeX: refused up front, not a traceback.
+    (["attention", "--checkpoint", "{run}", "1 2", "--out", "{run}/a.pgf"], "--out {run}/a.pgf: expected an image"),
     # Training options name the flags the user typed, not the settings' field names.
     (["train", "reverse", "--accum", "0", "--out", "{run}/new"], "--accum must be at least 1, got 0"),
     (["train", "reverse", "--clip", "-1", "--out", "{run}/new"], "--clip must be positive (0: off), got -1.0"),
@@ -111,8 +115,13 @@ def test_a_closed_pipe_stops_training_with_an_error_and_a_checkpoint(tmp_path):
             "--log-every", "1", "--out", str(out)]
     p = subprocess.Popen([sys.executable, "-m", "numpytransformer", *argv], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
-    while b" update " not in p.stdout.readline():  # read up to the first progress line
-        pass
+    while True:  # read up to the first progress line
+        line = p.stdout.readline()
+        if line == b"":  # the run ended without one: fail with what it said, rather than hang
+            p.wait(timeout=60)
+            pytest.fail(f"no progress line; exit {p.returncode}, stderr: {p.stderr.read().decode()}")
+        if b" update " in line:
+            break
     p.stdout.close()
     err = p.stderr.read().decode()
     assert p.wait(timeout=300) == 141
@@ -121,6 +130,50 @@ def test_a_closed_pipe_stops_training_with_an_error_and_a_checkpoint(tmp_path):
     assert meta["epoch"] < 3 and meta["step"] >= 1
     assert main(argv + ["--resume"]) == 0
     assert len(json.loads((out / "history.json").read_text())["epochs"]) == 3
+
+
+def test_a_closed_pipe_after_training_finished_is_not_an_error(tmp_path, capsys, monkeypatch):
+    """The reader leaves at the closing throughput line: every checkpoint is saved and there is
+    nothing to resume, so the run exits 0 without the "stopped ... --resume" message."""
+    import numpytransformer.trainer as trainer_module
+
+    def print_until_the_summary(*args, **kwargs):
+        if args and str(args[0]).startswith("throughput:"):
+            raise BrokenPipeError(32, "Broken pipe")
+        print(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "print", print_until_the_summary, raising=False)
+    out = tmp_path / "run"
+    assert main(["train", "reverse", "--n-symbols", "6", "--max-len", "6", "--n-train", "200", "--n-val", "20",
+                 "--n-test", "20", "--d-model", "16", "--d-ff", "32", "--layers", "1", "--epochs", "2",
+                 "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "epoch 2 done" in captured.out and "final (test split" not in captured.out
+    assert len(json.loads((out / "history.json").read_text())["epochs"]) == 2
+    assert (out / "best" / "checkpoint.json").is_file() and (out / "curves.png").is_file()
+
+
+def test_attention_without_matplotlib_says_what_to_install(run_dir, tmp_path, capsys, monkeypatch):
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
+    assert main(["attention", "--checkpoint", str(run_dir), "1 2", "--out", str(tmp_path / "a.png")]) == 2
+    assert capsys.readouterr().err == "error: plots need matplotlib: pip install matplotlib\n"
+
+
+def test_a_plot_that_cannot_be_written_names_the_file(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from numpytransformer.plotting import plot_attention
+
+    def needs_a_program(self, *args, **kwargs):
+        raise RuntimeError("this format needs a program that is not installed")
+
+    monkeypatch.setattr(Figure, "savefig", needs_a_program)
+    path = tmp_path / "a.eps"
+    maps, labels = {"enc": np.full((1, 2, 2), 0.5)}, {"enc": (["a", "b"], ["a", "b"])}
+    with pytest.raises(ValueError, match=f"could not write {re.escape(str(path))}: this format needs a program"):
+        plot_attention(maps, labels, path)
 
 
 def test_eval_and_attention(run_dir, tmp_path, capsys):

@@ -14,7 +14,7 @@ import pytest
 
 from numpytransformer.baselines import evaluate, train_bow_logreg
 from numpytransformer.cli import main
-from numpytransformer.datasets.imdb import load_imdb, train_val_split
+from numpytransformer.datasets.imdb import load_imdb
 from numpytransformer.tasks.sentiment import (UNK, SentimentSettings, SentimentTask, _sample_exactly,
                                               _stratified_pick, truncate_ids)
 from numpytransformer.trainer import TrainConfig, Trainer, without_timing
@@ -483,7 +483,8 @@ def test_resume_refuses_other_data(synthetic_dir, tmp_path):
                                                                                           ("test", 200))})
     task2 = SentimentTask.from_dict(task.to_dict(), data_dir=changed)
     again = Trainer(task2.build_model(), task2, _cfg(epochs=2), tmp_path / "run", log=_quiet)
-    with pytest.raises(ValueError, match=r"not the ones it was trained on \(split_sha256 .*train_reviews 360 "
+    with pytest.raises(ValueError, match=r"not the ones it was trained on \(data_sha256 .*split_sha256 .*"
+                                         r"train_reviews 360 "
                                          r"then, 342 now, val_reviews 40 then, 38 now\)"):
         again.resume()
     same = SentimentTask.from_dict(task.to_dict(), data_dir=synthetic_dir)
@@ -504,8 +505,27 @@ def test_resume_refuses_reviews_edited_in_place(synthetic_dir, tmp_path):
     for split in ("train", "val"):
         np.testing.assert_array_equal(edited.split_indices(split), task.split_indices(split))
     again = Trainer(edited.build_model(), edited, _cfg(epochs=2), tmp_path / "run", log=_quiet)
-    with pytest.raises(ValueError, match=r"not the ones it was trained on \(split_sha256 \w+ then, \w+ now\)"):
+    with pytest.raises(ValueError, match=r"not the ones it was trained on \(data_sha256 \w+ then, \w+ now\)"):
         again.resume()
+
+
+def test_resume_accepts_checkpoints_from_before_the_data_digest(synthetic_dir, tmp_path):
+    """A run saved by the version whose checkpoints held only ``split_sha256`` (the reviews'
+    positions) resumes on the same data, and is still refused when the positions differ."""
+    task = SentimentTask(SentimentSettings(**TINY), data_dir=synthetic_dir)
+    Trainer(task.build_model(), task, _cfg(epochs=1), tmp_path / "run", log=_quiet).fit()
+    meta_file = tmp_path / "run" / "last" / "checkpoint.json"
+    doc = json.loads(meta_file.read_text())
+    assert set(doc["data"]) == {"train_reviews", "val_reviews", "split_sha256", "data_sha256"}
+    del doc["data"]["data_sha256"]  # what that version wrote
+    meta_file.write_text(json.dumps(doc))
+    again = Trainer(task.build_model(), task, _cfg(epochs=2), tmp_path / "run", log=_quiet)
+    again.resume()  # accepted: nothing it records differs
+    assert again.epoch == 1
+    doc["data"]["split_sha256"] = "0" * 16
+    meta_file.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"\(split_sha256 0{16} then, \w+ now\)"):
+        Trainer(task.build_model(), task, _cfg(epochs=2), tmp_path / "run", log=_quiet).resume()
 
 
 def test_random_test_samples_have_exactly_n_reviews(trained):
@@ -527,12 +547,20 @@ def test_an_odd_sample_of_a_balanced_split_is_not_always_short_of_one_class():
 
 def test_n_train_and_n_test_select_the_subsets_they_always_have(synthetic_dir):
     """Checkpoints record n_train and n_test, not the reviews they picked: the selection must not
-    change between versions, or an old run would resume on other reviews. These are the picks
-    of train_val_split with a fraction of n / len (each class gives its rounded share)."""
+    change between versions, or an old run would resume on other reviews. The expected picks are
+    pinned as the released version (fbbe153) made them; each class gives its rounded share."""
+    import hashlib
+
     labels = np.array([0, 1] * 200)
-    for n in (7, 40, 333):
-        _, _, expected, _ = train_val_split(list(range(len(labels))), labels, val_fraction=n / len(labels), seed=3)
-        np.testing.assert_array_equal(_stratified_pick(labels, n, 3), expected)
+    assert _stratified_pick(labels, 7, 3).tolist() == [245, 238, 284, 301, 198, 234, 335, 57]  # 4 + 4
+    assert _stratified_pick(labels, 40, 3).tolist() == [
+        37, 367, 157, 252, 399, 238, 217, 284, 68, 162, 373, 262, 48, 169, 324, 219, 151, 270, 283, 301,
+        397, 234, 245, 12, 372, 335, 256, 83, 229, 198, 338, 293, 57, 168, 131, 369, 124, 200, 86, 380]
+    many = _stratified_pick(labels, 333, 3)
+    assert len(many) == 332 and hashlib.sha256(many.astype("<i8").tobytes()).hexdigest()[:16] == "ac88ef04de8099ca"
+    unbalanced = np.array([0] * 30 + [1] * 70)
+    assert _stratified_pick(unbalanced, 9, 1).tolist() == [56, 16, 46, 89, 38, 36, 7, 21, 78]  # 3 + 6
+    assert _stratified_pick(labels, None, 3).tolist() == list(range(400))
     quick = SentimentTask(SentimentSettings(**{**TINY, "n_test": 7}), data_dir=synthetic_dir)
     assert len(quick.texts("test")[1]) == 8  # round(3.5) + round(3.5): within one review per class
 

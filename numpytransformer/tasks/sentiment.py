@@ -305,21 +305,26 @@ class SentimentTask:
         return {"tokenizer": tok.to_dict(), "vocab": vocab.to_dict()}
 
     def data_summary(self) -> dict:
-        """What the run's data split is: review counts and a digest of which reviews (their
-        positions in the file, labels and cleaned texts).
+        """What the run's data split is: review counts and digests of which reviews.
 
-        The trainer stores it in the checkpoint and refuses to resume on other data (a
-        changed data file, or a validation set that lost other duplicates), which would
-        otherwise continue silently with different reviews."""
-        digest = hashlib.sha256()
+        ``split_sha256`` covers the reviews' positions in the file; ``data_sha256`` covers
+        their positions, labels and cleaned texts too (a review edited in place keeps its
+        position). The trainer stores both in the checkpoint and refuses to resume on other
+        data (a changed data file, or a validation set that lost other duplicates), which
+        would otherwise continue silently with different reviews. Checkpoints saved before
+        ``data_sha256`` existed hold only the first digest and are checked against it."""
+        positions, everything = hashlib.sha256(), hashlib.sha256()
         for split in ("train", "val"):
             texts, labels = self.texts(split)
-            digest.update(np.ascontiguousarray(self.split_indices(split), dtype="<i8").tobytes())
-            digest.update(np.ascontiguousarray(labels, dtype="<i8").tobytes())
-            for text in texts:  # a review edited in place keeps its position: hash the words too
-                digest.update(text.encode("utf-8") + b"\0")
+            idx = np.ascontiguousarray(self.split_indices(split), dtype="<i8").tobytes()
+            positions.update(idx)
+            everything.update(idx)
+            everything.update(np.ascontiguousarray(labels, dtype="<i8").tobytes())
+            for text in texts:
+                everything.update(text.encode("utf-8") + b"\0")
         return {"train_reviews": int(len(self.split_indices("train"))),
-                "val_reviews": int(len(self.split_indices("val"))), "split_sha256": digest.hexdigest()[:16]}
+                "val_reviews": int(len(self.split_indices("val"))),
+                "split_sha256": positions.hexdigest()[:16], "data_sha256": everything.hexdigest()[:16]}
 
     def to_dict(self) -> dict:
         return {"name": "sentiment", **asdict(self.s),
