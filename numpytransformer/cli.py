@@ -163,12 +163,9 @@ def _resumed_task_dict(args) -> Optional[dict]:
     return read_checkpoint_meta(Path(args.out) / "last")["task"]
 
 
-class TrainingCutShort(BrokenPipeError):
-    """The output of ``train`` was closed before training finished (``train ... | head``)."""
-
-    def __init__(self, out):
-        super().__init__(f"training output closed before the run into {out} finished")
-        self.out = out
+class ReportLost(BrokenPipeError):
+    """The output of ``train`` was closed after training finished and saved everything:
+    only the closing report lost its reader, so this is not an error (exit 0)."""
 
 
 def _run_training(task, args, recipe: TrainConfig) -> None:
@@ -187,16 +184,18 @@ def _run_training(task, args, recipe: TrainConfig) -> None:
               f"({task.to_dict()['name']}); writing to {args.out}", flush=True)
         start = time.perf_counter()
         trainer.fit()
+        print(f"trained {len(trainer.history['steps'])} updates in {time.perf_counter() - start:.1f} s", flush=True)
+        _report_on_test(task, model, Path(args.out))
     except BrokenPipeError:
-        if trainer.finished:  # only the closing summary lost its reader
-            raise
-        raise TrainingCutShort(args.out) from None
-    wall = time.perf_counter() - start
-    steps = trainer.history["steps"]
-    print(f"trained {len(steps)} updates in {wall:.1f} s", flush=True)
-    # The reported figure is on the held-out test split, with the best validation checkpoint;
-    # the report names the checkpoint it really loaded.
-    out = Path(args.out)
+        if trainer.finished:  # all is saved: only the closing report lost its reader
+            raise ReportLost() from None
+        raise  # cut short: main says how to continue
+
+
+def _report_on_test(task, model, out: Path) -> None:
+    """The figure a run reports: the held-out test split, with the best validation checkpoint.
+
+    The report names the checkpoint it really loaded."""
     which = next((w for w in ("best", "last") if (out / w / "checkpoint.json").is_file()), None)
     if which is None:
         raise ValueError(f"training wrote no checkpoint into {out}: nothing to report")
@@ -207,7 +206,7 @@ def _run_training(task, args, recipe: TrainConfig) -> None:
     print(f"final (test split, {shown}): " + " ".join(
         f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
     command = _COMMAND_OF_TASK.get(task.to_dict()["name"], "predict")
-    print(f"checkpoint: {out / which}   try: python -m numpytransformer {command} --checkpoint {args.out} "
+    print(f"checkpoint: {out / which}   try: python -m numpytransformer {command} --checkpoint {out} "
           f"\"{task.example_input()}\"")
 
 
@@ -542,11 +541,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             pass
         # "predict ... | head -n 1" got what it asked for, and training that had finished
         # saved everything before its closing report: neither is an error.
-        if not isinstance(e, TrainingCutShort):
+        if args.command != "train" or isinstance(e, ReportLost):
             return 0
         # A run cut short is; the trainer saved last/ on its way out, if it had begun.
-        saved = (Path(e.out) / "last" / "checkpoint.json").is_file()
-        then = f"continue with --resume --out {e.out}" if saved else "nothing was saved"
+        saved = (Path(args.out) / "last" / "checkpoint.json").is_file()
+        then = f"continue with --resume --out {args.out}" if saved else "nothing was saved"
         print(f"error: training stopped because its output was closed; {then}", file=sys.stderr)
         return 141  # 128 + SIGPIPE, as the shell reports a command killed by a closed pipe
     except (ValueError, OSError, FloatingPointError) as e:  # CheckpointError is a ValueError

@@ -18,7 +18,10 @@ The trainer knows nothing about a particular task. A *task* object provides:
   metric that is not a finite number (an empty validation set) is an error;
 - ``to_dict()``: JSON settings from which the task can be rebuilt;
 - optionally ``data_summary() -> dict``: what identifies the data actually read (counts,
-  a digest); it is saved with each checkpoint and ``resume`` refuses other data.
+  a digest); it is saved with each checkpoint and ``resume`` refuses other data. A task
+  whose summary changed form between versions also gives ``data_changes(recorded) ->
+  list of str``, the differences it finds against a recorded summary; without it every
+  recorded entry must match.
 
 Throughput is measured over the updates only (validation and checkpoints excluded).
 Each epoch's record in ``history.json`` holds ``train_time`` (seconds in updates),
@@ -143,13 +146,17 @@ class Trainer:
         if doc["task"] != mine:
             diff = sorted(k for k in set(doc["task"]) | set(mine) if doc["task"].get(k) != mine.get(k))
             raise ValueError(f"cannot resume {path}: it was trained with different task settings ({', '.join(diff)})")
-        now = self.task.data_summary() if "data" in doc and hasattr(self.task, "data_summary") else {}
-        # Compare what both record: a checkpoint from an older version may lack a newer digest.
-        diff = ", ".join(f"{k} {doc['data'][k]} then, {now[k]} now" for k in sorted(now)
-                         if k in doc["data"] and doc["data"][k] != now[k])
-        if diff:
-            raise ValueError(f"cannot resume {path}: the training and validation data are not the ones it was "
-                             f"trained on ({diff}); was the data file changed? Start a new run with another --out")
+        if "data" in doc and hasattr(self.task, "data_summary"):  # older checkpoints record no data
+            if hasattr(self.task, "data_changes"):
+                changes = self.task.data_changes(doc["data"])
+            else:
+                now = self.task.data_summary()
+                changes = [f"{k} {v} then, {now.get(k, 'nothing')} now" for k, v in sorted(doc["data"].items())
+                           if now.get(k) != v]
+            if changes:
+                raise ValueError(f"cannot resume {path}: the training and validation data are not the ones it "
+                                 f"was trained on ({', '.join(changes)}); was the data file changed? Start a new "
+                                 "run with another --out")
         load_checkpoint(path, self.model, self.optimizer)
         self.epoch, self.batch_index = doc["epoch"], doc["batch_index"]
         self.epoch_loss, self.epoch_tokens = doc["epoch_loss"], doc["epoch_tokens"]
@@ -174,6 +181,7 @@ class Trainer:
         total_updates = cfg.epochs * -(-max(n_batches, 1) // cfg.accum_steps)
         first_update = opt.t
         boundary_rng = model.rng.bit_generator.state
+        out_of_time = False
         try:
             while self.epoch < cfg.epochs:
                 batches = self.task.train_batches(self.epoch)
@@ -225,7 +233,7 @@ class Trainer:
                     self._end_epoch(metrics, time.perf_counter() - start)
                 if (cfg.max_minutes is not None and self.epoch < cfg.epochs
                         and time.perf_counter() - start > 60 * cfg.max_minutes):
-                    self.log(f"stopping: the time budget of {cfg.max_minutes} minutes is used up")
+                    out_of_time = True  # reported below, once the run counts as finished
                     break
         except (KeyboardInterrupt, BrokenPipeError) as stop:
             # Ctrl-C, or the reader of the progress lines went away ("train ... | head"): both
@@ -234,10 +242,15 @@ class Trainer:
             atomic_write_text(self.out_dir / "history.json", json.dumps(self.history, indent=1))
             if isinstance(stop, KeyboardInterrupt):  # a closed pipe has no reader left to tell
                 self.log(f"interrupted: saved {self.out_dir / 'last'} at update {opt.t}; continue with --resume")
+            elif self.epoch >= cfg.epochs:  # only the last epoch's line was lost: the run is complete
+                self.finished = True
+                plot_history(self.history, self.out_dir / "curves.png", log=lambda msg: None)
             raise
         # Every checkpoint and the history are saved: what follows only reports, so a reader
         # that goes away now costs nothing (the command line exits quietly, not "stopped").
         self.finished = True
+        if out_of_time:
+            self.log(f"stopping: the time budget of {cfg.max_minutes} minutes is used up")
         plot_history(self.history, self.out_dir / "curves.png", log=self.log)
         if run["updates"]:
             seconds = max(run["seconds"], 1e-9)

@@ -132,25 +132,61 @@ def test_a_closed_pipe_stops_training_with_an_error_and_a_checkpoint(tmp_path):
     assert len(json.loads((out / "history.json").read_text())["epochs"]) == 3
 
 
-def test_a_closed_pipe_after_training_finished_is_not_an_error(tmp_path, capsys, monkeypatch):
-    """The reader leaves at the closing throughput line: every checkpoint is saved and there is
-    nothing to resume, so the run exits 0 without the "stopped ... --resume" message."""
+TINY_RUN = ["train", "reverse", "--n-symbols", "6", "--max-len", "6", "--n-train", "200", "--n-val", "20",
+            "--n-test", "20", "--d-model", "16", "--d-ff", "32", "--layers", "1", "--epochs", "2"]
+
+
+def _pipe_closes_at(monkeypatch, prefix):
+    """Make every print of the trainer and the command line raise BrokenPipeError from the
+    first line that starts with ``prefix`` on, as when the reader of ``train ... |`` leaves."""
+    import builtins
+
+    import numpytransformer.cli as cli_module
     import numpytransformer.trainer as trainer_module
 
-    def print_until_the_summary(*args, **kwargs):
-        if args and str(args[0]).startswith("throughput:"):
-            raise BrokenPipeError(32, "Broken pipe")
-        print(*args, **kwargs)
+    closed = []
 
-    monkeypatch.setattr(trainer_module, "print", print_until_the_summary, raising=False)
+    def printing(*args, **kwargs):
+        if kwargs.get("file", sys.stdout) is not sys.stdout:  # stderr stays open
+            return builtins.print(*args, **kwargs)
+        if closed or (args and str(args[0]).startswith(prefix)):
+            closed.append(True)
+            raise BrokenPipeError(32, "Broken pipe")
+        builtins.print(*args, **kwargs)
+
+    for module in (cli_module, trainer_module):
+        monkeypatch.setattr(module, "print", printing, raising=False)
+
+
+@pytest.mark.parametrize("prefix", ["epoch 2 done", "throughput:", "trained ", "final (test split"])
+def test_a_closed_pipe_after_training_finished_is_not_an_error(tmp_path, capsys, monkeypatch, prefix):
+    """The reader leaves at the last epoch's line or later: every checkpoint is saved and there
+    is nothing to resume, so the run exits 0 without the "stopped ... --resume" message."""
+    _pipe_closes_at(monkeypatch, prefix)
     out = tmp_path / "run"
-    assert main(["train", "reverse", "--n-symbols", "6", "--max-len", "6", "--n-train", "200", "--n-val", "20",
-                 "--n-test", "20", "--d-model", "16", "--d-ff", "32", "--layers", "1", "--epochs", "2",
-                 "--out", str(out)]) == 0
+    assert main(TINY_RUN + ["--out", str(out)]) == 0
     captured = capsys.readouterr()
-    assert captured.err == "" and "epoch 2 done" in captured.out and "final (test split" not in captured.out
+    assert captured.err == "" and prefix not in captured.out and "epoch 1 done" in captured.out
     assert len(json.loads((out / "history.json").read_text())["epochs"]) == 2
+    assert json.loads((out / "last" / "checkpoint.json").read_text())["epoch"] == 2
     assert (out / "best" / "checkpoint.json").is_file() and (out / "curves.png").is_file()
+
+
+TINY_TRANSLATE = ["train", "translate", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--layers", "1",
+                  "--epochs", "1"]
+
+
+@pytest.mark.parametrize("argv, prefix, saved", [
+    (TINY_RUN, "training settings", False), (TINY_RUN, "epoch 1 done", True),
+    (TINY_TRANSLATE, "building the numbers vocabularies", False),  # printed before training is set up
+])
+def test_a_closed_pipe_before_training_finished_is_an_error(tmp_path, capsys, monkeypatch, argv, prefix, saved):
+    _pipe_closes_at(monkeypatch, prefix)
+    out = tmp_path / "run"
+    assert main(argv + ["--out", str(out)]) == 141
+    then = f"continue with --resume --out {out}" if saved else "nothing was saved"
+    assert capsys.readouterr().err == f"error: training stopped because its output was closed; {then}\n"
+    assert (out / "last" / "checkpoint.json").is_file() == saved
 
 
 def test_attention_without_matplotlib_says_what_to_install(run_dir, tmp_path, capsys, monkeypatch):

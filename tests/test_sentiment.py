@@ -483,9 +483,9 @@ def test_resume_refuses_other_data(synthetic_dir, tmp_path):
                                                                                           ("test", 200))})
     task2 = SentimentTask.from_dict(task.to_dict(), data_dir=changed)
     again = Trainer(task2.build_model(), task2, _cfg(epochs=2), tmp_path / "run", log=_quiet)
-    with pytest.raises(ValueError, match=r"not the ones it was trained on \(data_sha256 .*split_sha256 .*"
-                                         r"train_reviews 360 "
-                                         r"then, 342 now, val_reviews 40 then, 38 now\)"):
+    with pytest.raises(ValueError, match=r"not the ones it was trained on \(train_reviews 360 then, 342 now, "
+                                         r"val_reviews 40 then, 38 now, data_sha256 \w+ then, \w+ now, "
+                                         r"split_sha256 \w+ then, \w+ now\)"):
         again.resume()
     same = SentimentTask.from_dict(task.to_dict(), data_dir=synthetic_dir)
     Trainer(same.build_model(), same, _cfg(epochs=2), tmp_path / "run", log=_quiet).resume()  # accepted
@@ -510,22 +510,27 @@ def test_resume_refuses_reviews_edited_in_place(synthetic_dir, tmp_path):
 
 
 def test_resume_accepts_checkpoints_from_before_the_data_digest(synthetic_dir, tmp_path):
-    """A run saved by the version whose checkpoints held only ``split_sha256`` (the reviews'
-    positions) resumes on the same data, and is still refused when the positions differ."""
+    """Runs saved before ``data_sha256`` existed hold one digest, ``split_sha256``: of the
+    positions only (dbdd7d3), or of positions, labels and texts (36f842f). Either resumes on
+    the same data; another digest, or none at all, is refused."""
     task = SentimentTask(SentimentSettings(**TINY), data_dir=synthetic_dir)
     Trainer(task.build_model(), task, _cfg(epochs=1), tmp_path / "run", log=_quiet).fit()
     meta_file = tmp_path / "run" / "last" / "checkpoint.json"
     doc = json.loads(meta_file.read_text())
-    assert set(doc["data"]) == {"train_reviews", "val_reviews", "split_sha256", "data_sha256"}
-    del doc["data"]["data_sha256"]  # what that version wrote
-    meta_file.write_text(json.dumps(doc))
-    again = Trainer(task.build_model(), task, _cfg(epochs=2), tmp_path / "run", log=_quiet)
-    again.resume()  # accepted: nothing it records differs
-    assert again.epoch == 1
-    doc["data"]["split_sha256"] = "0" * 16
-    meta_file.write_text(json.dumps(doc))
-    with pytest.raises(ValueError, match=r"\(split_sha256 0{16} then, \w+ now\)"):
-        Trainer(task.build_model(), task, _cfg(epochs=2), tmp_path / "run", log=_quiet).resume()
+    now = doc["data"]
+    assert set(now) == {"train_reviews", "val_reviews", "split_sha256", "data_sha256"}
+    counts = {"train_reviews": now["train_reviews"], "val_reviews": now["val_reviews"]}
+    for old_digest in (now["split_sha256"], now["data_sha256"]):
+        meta_file.write_text(json.dumps({**doc, "data": {**counts, "split_sha256": old_digest}}))
+        again = Trainer(task.build_model(), task, _cfg(epochs=2), tmp_path / "run", log=_quiet)
+        again.resume()  # accepted
+        assert again.epoch == 1
+    for data, shown in (({**counts, "split_sha256": "0" * 16}, r"split_sha256 0{16} then, \w+ or \w+ now"),
+                        ({}, r"train_reviews nothing then, 360 now, val_reviews nothing then, 40 now, "
+                             r"split_sha256 nothing then")):
+        meta_file.write_text(json.dumps({**doc, "data": data}))
+        with pytest.raises(ValueError, match=r"not the ones it was trained on \(" + shown):
+            Trainer(task.build_model(), task, _cfg(epochs=2), tmp_path / "run", log=_quiet).resume()
 
 
 def test_random_test_samples_have_exactly_n_reviews(trained):

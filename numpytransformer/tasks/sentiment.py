@@ -309,10 +309,10 @@ class SentimentTask:
 
         ``split_sha256`` covers the reviews' positions in the file; ``data_sha256`` covers
         their positions, labels and cleaned texts too (a review edited in place keeps its
-        position). The trainer stores both in the checkpoint and refuses to resume on other
-        data (a changed data file, or a validation set that lost other duplicates), which
-        would otherwise continue silently with different reviews. Checkpoints saved before
-        ``data_sha256`` existed hold only the first digest and are checked against it."""
+        position). The trainer stores both in the checkpoint and, through
+        :meth:`data_changes`, refuses to resume on other data (a changed data file, or a
+        validation set that lost other duplicates), which would otherwise continue silently
+        with different reviews."""
         positions, everything = hashlib.sha256(), hashlib.sha256()
         for split in ("train", "val"):
             texts, labels = self.texts(split)
@@ -325,6 +325,24 @@ class SentimentTask:
         return {"train_reviews": int(len(self.split_indices("train"))),
                 "val_reviews": int(len(self.split_indices("val"))),
                 "split_sha256": positions.hexdigest()[:16], "data_sha256": everything.hexdigest()[:16]}
+
+    def data_changes(self, recorded: dict) -> List[str]:
+        """How the data now differs from ``recorded``, a checkpoint's :meth:`data_summary`.
+
+        Checkpoints written before ``data_sha256`` existed hold one digest, ``split_sha256``,
+        which meant the positions only (dbdd7d3) or positions, labels and texts (36f842f):
+        it is matched against both of today's digests. A record without either digest
+        cannot show the data is the same, and counts as a change."""
+        now = self.data_summary()
+        changes = [f"{k} {recorded.get(k, 'nothing')} then, {now[k]} now" for k in ("train_reviews", "val_reviews")
+                   if recorded.get(k) != now[k]]
+        if "data_sha256" in recorded:
+            changes += [f"{k} {recorded.get(k, 'nothing')} then, {now[k]} now" for k in ("data_sha256", "split_sha256")
+                        if recorded.get(k) != now[k]]
+        elif recorded.get("split_sha256") not in (now["split_sha256"], now["data_sha256"]):
+            changes.append(f"split_sha256 {recorded.get('split_sha256', 'nothing')} then, "
+                           f"{now['split_sha256']} or {now['data_sha256']} now")
+        return changes
 
     def to_dict(self) -> dict:
         return {"name": "sentiment", **asdict(self.s),
