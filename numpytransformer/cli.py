@@ -164,8 +164,8 @@ def _resumed_task_dict(args) -> Optional[dict]:
 
 
 class ReportLost(BrokenPipeError):
-    """The output of ``train`` was closed after training finished and saved everything:
-    only the closing report lost its reader, so this is not an error (exit 0)."""
+    """The output of ``train`` was closed when all its epochs were done and saved: only a
+    report lost its reader, so this is not an error (exit 0)."""
 
 
 def _run_training(task, args, recipe: TrainConfig) -> None:
@@ -182,14 +182,23 @@ def _run_training(task, args, recipe: TrainConfig) -> None:
             trainer.resume()
         print(f"training {type(model).__name__} with {model.num_parameters():,} parameters "
               f"({task.to_dict()['name']}); writing to {args.out}", flush=True)
-        start = time.perf_counter()
+        start, first_update = time.perf_counter(), trainer.optimizer.t
         trainer.fit()
-        print(f"trained {len(trainer.history['steps'])} updates in {time.perf_counter() - start:.1f} s", flush=True)
+        print(f"trained {trainer.optimizer.t - first_update} updates in {time.perf_counter() - start:.1f} s",
+              flush=True)
         _report_on_test(task, model, Path(args.out))
     except BrokenPipeError:
-        if trainer.finished:  # all is saved: only the closing report lost its reader
+        if _epochs_saved(Path(args.out)) >= cfg.epochs:  # all is saved: only a report lost its reader
             raise ReportLost() from None
         raise  # cut short: main says how to continue
+
+
+def _epochs_saved(out: Path) -> int:
+    """How many epochs the run in ``out`` has finished and saved (0 when there is none)."""
+    try:
+        return read_checkpoint_meta(out / "last")["epoch"]
+    except (ValueError, OSError, KeyError):  # no run yet, or one that is no use to resume
+        return 0
 
 
 def _report_on_test(task, model, out: Path) -> None:
@@ -293,7 +302,8 @@ def cmd_sweep(args) -> None:
         if args.n_train < 1:
             raise ValueError(f"--n-train must be at least 1, got {args.n_train}")
         base.n_train = args.n_train
-    main_sweep(grid, args.out, args.epochs, full_grid=args.grid, base=base)
+    # Flushed line by line, so that "| tee log" shows each run as it ends.
+    main_sweep(grid, args.out, args.epochs, full_grid=args.grid, base=base, log=lambda msg: print(msg, flush=True))
 
 
 # ---- inference -----------------------------------------------------------------------
@@ -541,12 +551,23 @@ def main(argv: Optional[List[str]] = None) -> int:
             pass
         # "predict ... | head -n 1" got what it asked for, and training that had finished
         # saved everything before its closing report: neither is an error.
-        if args.command != "train" or isinstance(e, ReportLost):
+        if args.command not in ("train", "sweep") or isinstance(e, ReportLost):
             return 0
         # A run cut short is; the trainer saved last/ on its way out, if it had begun.
-        saved = (Path(args.out) / "last" / "checkpoint.json").is_file()
-        then = f"continue with --resume --out {args.out}" if saved else "nothing was saved"
-        print(f"error: training stopped because its output was closed; {then}", file=sys.stderr)
+        if args.command == "sweep":
+            then = "run the same command again to continue (finished runs are kept)"
+        elif (Path(args.out) / "last" / "checkpoint.json").is_file():
+            then = f"continue with --resume --out {args.out}"
+        else:
+            then = "nothing was saved"
+        try:
+            print(f"error: {'the sweep' if args.command == 'sweep' else 'training'} stopped because its output "
+                  f"was closed; {then}", file=sys.stderr)
+        except OSError:  # stderr went into the same closed pipe ("2>&1 | head"): quiet it too
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
+            except (OSError, ValueError):
+                pass
         return 141  # 128 + SIGPIPE, as the shell reports a command killed by a closed pipe
     except (ValueError, OSError, FloatingPointError) as e:  # CheckpointError is a ValueError
         if os.environ.get("NUMPYTRANSFORMER_DEBUG"):

@@ -115,7 +115,6 @@ class Trainer:
         self.epoch_loss, self.epoch_tokens = 0.0, 0  # so far in the current epoch
         self.epoch_inputs, self.epoch_seconds = 0, 0.0  # input tokens and seconds in updates, ditto
         self.best_score = -np.inf
-        self.finished = False  # set by fit() once training ended normally and all is saved
         self.log = log if log is not None else (lambda msg: print(msg, file=sys.stdout, flush=True))
 
     # ---- state --------------------------------------------------------------
@@ -240,18 +239,17 @@ class Trainer:
             # land between updates, so the state is whole and --resume continues from it.
             self.save("last", rng_state=boundary_rng)
             atomic_write_text(self.out_dir / "history.json", json.dumps(self.history, indent=1))
-            if isinstance(stop, KeyboardInterrupt):  # a closed pipe has no reader left to tell
-                self.log(f"interrupted: saved {self.out_dir / 'last'} at update {opt.t}; continue with --resume")
-            elif self.epoch >= cfg.epochs:  # only the last epoch's line was lost: the run is complete
-                self.finished = True
+            complete = self.epoch >= cfg.epochs  # stopped on the last epoch's line: nothing is lost
+            if complete:
                 plot_history(self.history, self.out_dir / "curves.png", log=lambda msg: None)
+            if isinstance(stop, KeyboardInterrupt):  # a closed pipe has no reader left to tell
+                self.log(f"interrupted after the last epoch: {self.out_dir} is complete" if complete else
+                         f"interrupted: saved {self.out_dir / 'last'} at update {opt.t}; continue with --resume")
             raise
-        # Every checkpoint and the history are saved: what follows only reports, so a reader
-        # that goes away now costs nothing (the command line exits quietly, not "stopped").
-        self.finished = True
+        # Every checkpoint and the history are saved: the plot first, then the notes.
+        plot_history(self.history, self.out_dir / "curves.png", log=self.log)
         if out_of_time:
             self.log(f"stopping: the time budget of {cfg.max_minutes} minutes is used up")
-        plot_history(self.history, self.out_dir / "curves.png", log=self.log)
         if run["updates"]:
             seconds = max(run["seconds"], 1e-9)
             rates = f"{unit}/s {run['count'] / seconds:,.0f}"

@@ -1,6 +1,7 @@
 """The command line end to end on a tiny run: train, predict (argument and stdin), eval,
 attention, translate, and one-line errors instead of tracebacks."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -136,9 +137,10 @@ TINY_RUN = ["train", "reverse", "--n-symbols", "6", "--max-len", "6", "--n-train
             "--n-test", "20", "--d-model", "16", "--d-ff", "32", "--layers", "1", "--epochs", "2"]
 
 
-def _pipe_closes_at(monkeypatch, prefix):
+def _pipe_closes_at(monkeypatch, prefix, stop=BrokenPipeError(32, "Broken pipe")):
     """Make every print of the trainer and the command line raise BrokenPipeError from the
-    first line that starts with ``prefix`` on, as when the reader of ``train ... |`` leaves."""
+    first line that starts with ``prefix`` on, as when the reader of ``train ... |`` leaves
+    (or raise ``stop`` once there, e.g. a KeyboardInterrupt: Ctrl-C at that line)."""
     import builtins
 
     import numpytransformer.cli as cli_module
@@ -149,9 +151,9 @@ def _pipe_closes_at(monkeypatch, prefix):
     def printing(*args, **kwargs):
         if kwargs.get("file", sys.stdout) is not sys.stdout:  # stderr stays open
             return builtins.print(*args, **kwargs)
-        if closed or (args and str(args[0]).startswith(prefix)):
+        if (closed and isinstance(stop, BrokenPipeError)) or (not closed and args and str(args[0]).startswith(prefix)):
             closed.append(True)
-            raise BrokenPipeError(32, "Broken pipe")
+            raise stop
         builtins.print(*args, **kwargs)
 
     for module in (cli_module, trainer_module):
@@ -170,6 +172,55 @@ def test_a_closed_pipe_after_training_finished_is_not_an_error(tmp_path, capsys,
     assert len(json.loads((out / "history.json").read_text())["epochs"]) == 2
     assert json.loads((out / "last" / "checkpoint.json").read_text())["epoch"] == 2
     assert (out / "best" / "checkpoint.json").is_file() and (out / "curves.png").is_file()
+
+
+def test_a_closed_pipe_after_a_time_budget_stop_says_resume(tmp_path, capsys, monkeypatch):
+    """Stopped by --max-minutes, the run has epochs left: a pipe closed at the note, or at the
+    report after it, is a run cut short (--resume continues it), and the curves are written."""
+    _pipe_closes_at(monkeypatch, "stopping: the time budget")
+    out = tmp_path / "run"
+    assert main(TINY_RUN + ["--epochs", "3", "--max-minutes", "0.00001", "--out", str(out)]) == 141
+    assert capsys.readouterr().err.endswith(f"continue with --resume --out {out}\n")
+    assert json.loads((out / "last" / "checkpoint.json").read_text())["epoch"] == 1
+    assert (out / "curves.png").is_file()
+
+
+def test_resuming_a_finished_run_counts_only_its_own_updates(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    assert main(TINY_RUN + ["--out", str(out)]) == 0
+    per_epoch = json.loads((out / "last" / "checkpoint.json").read_text())["step"] // 2
+    capsys.readouterr()
+    assert main(TINY_RUN + ["--epochs", "3", "--resume", "--out", str(out)]) == 0
+    assert f"trained {per_epoch} updates in " in capsys.readouterr().out
+    assert main(TINY_RUN + ["--epochs", "3", "--resume", "--out", str(out)]) == 0
+    assert "trained 0 updates in " in capsys.readouterr().out
+    # Nothing is left to do, so a reader that leaves during set-up costs nothing either.
+    _pipe_closes_at(monkeypatch, "training settings")
+    assert main(TINY_RUN + ["--epochs", "3", "--resume", "--out", str(out)]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_ctrl_c_at_the_last_epochs_line_leaves_a_complete_run(tmp_path, capsys, monkeypatch):
+    _pipe_closes_at(monkeypatch, "epoch 2 done", stop=KeyboardInterrupt())
+    out = tmp_path / "run"
+    assert main(TINY_RUN + ["--out", str(out)]) == 130
+    captured = capsys.readouterr()
+    assert f"interrupted after the last epoch: {out} is complete" in captured.out and "--resume" not in captured.out
+    assert (out / "curves.png").is_file()
+
+
+def test_a_closed_pipe_stops_a_sweep_with_an_error(tmp_path):
+    """``sweep ... | head -n 1``: the sweep has not run; exit 141, and rerunning continues it."""
+    p = subprocess.Popen([sys.executable, "-m", "numpytransformer", "sweep", "--layers", "1", "2", "--epochs", "1",
+                          "--n-train", "50", "--out", str(tmp_path / "sw")], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"})
+    first = p.stdout.readline()
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=300) == 141, err
+    assert b"runs of 1 epochs" in first
+    assert err == ("error: the sweep stopped because its output was closed; run the same command again to "
+                   "continue (finished runs are kept)\n")
 
 
 TINY_TRANSLATE = ["train", "translate", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--layers", "1",
