@@ -164,11 +164,12 @@ def _resumed_task_dict(args) -> Optional[dict]:
 
 
 class ReportLost(BrokenPipeError):
-    """The output of ``train`` was closed when all its epochs were done and saved: only a
-    report lost its reader, so this is not an error (exit 0)."""
+    """The output of ``train`` (or ``sweep``) was closed when all its work was done and saved:
+    only a report lost its reader, so this is not an error (exit 0)."""
 
 
-def _run_training(task, args, recipe: TrainConfig) -> None:
+def _run_training(task, args, recipe: TrainConfig, about: str = "") -> None:
+    """Train (or resume) and report on the test split; ``about`` is printed first: what the data is."""
     model = task.build_model()
     if args.resume:
         # Continue with the settings the run was started with; options given now override them.
@@ -176,10 +177,14 @@ def _run_training(task, args, recipe: TrainConfig) -> None:
     cfg = _train_config(args, recipe)
     trainer = Trainer(model, task, cfg, args.out)
     try:
+        # A checkpoint that cannot be resumed is refused before anything is printed, so that
+        # its error is not lost with a closed output; --out was checked before the data was read.
+        if args.resume:
+            trainer.resume()
+        if about:
+            print(about, flush=True)
         print("training settings: " + ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(cfg).items()),
               flush=True)
-        if args.resume:  # --out was checked by _check_training_args before the data was read
-            trainer.resume()
         print(f"training {type(model).__name__} with {model.num_parameters():,} parameters "
               f"({task.to_dict()['name']}); writing to {args.out}", flush=True)
         start, first_update = time.perf_counter(), trainer.optimizer.t
@@ -188,17 +193,10 @@ def _run_training(task, args, recipe: TrainConfig) -> None:
               flush=True)
         _report_on_test(task, model, Path(args.out))
     except BrokenPipeError:
-        if _epochs_saved(Path(args.out)) >= cfg.epochs:  # all is saved: only a report lost its reader
+        # Every finished epoch is saved, so a run with all of them done lost only a report.
+        if trainer.epoch >= cfg.epochs:
             raise ReportLost() from None
         raise  # cut short: main says how to continue
-
-
-def _epochs_saved(out: Path) -> int:
-    """How many epochs the run in ``out`` has finished and saved (0 when there is none)."""
-    try:
-        return read_checkpoint_meta(out / "last")["epoch"]
-    except (ValueError, OSError, KeyError):  # no run yet, or one that is no use to resume
-        return 0
 
 
 def _report_on_test(task, model, out: Path) -> None:
@@ -268,8 +266,7 @@ def cmd_train_sentiment(args) -> None:
               f"{len(task.split_ids('val')[1]):,} validation reviews ({dropped} validation "
               f"review{'s' if dropped != 1 else ''} dropped: the same text as a training review), encoded in "
               f"{time.perf_counter() - start:.1f} s", flush=True)
-    print(task.describe(), flush=True)
-    _run_training(task, args, SENTIMENT_TRAIN)
+    _run_training(task, args, SENTIMENT_TRAIN, about=task.describe())
 
 
 def cmd_train_reverse(args) -> None:
@@ -303,7 +300,12 @@ def cmd_sweep(args) -> None:
             raise ValueError(f"--n-train must be at least 1, got {args.n_train}")
         base.n_train = args.n_train
     # Flushed line by line, so that "| tee log" shows each run as it ends.
-    main_sweep(grid, args.out, args.epochs, full_grid=args.grid, base=base, log=lambda msg: print(msg, flush=True))
+    md = main_sweep(grid, args.out, args.epochs, full_grid=args.grid, base=base,
+                    log=lambda msg: print(msg, flush=True), show_report=False)
+    try:
+        print(Path(md).read_text(), flush=True)
+    except BrokenPipeError:  # every run and the report are written: only the showing is lost
+        raise ReportLost() from None
 
 
 # ---- inference -----------------------------------------------------------------------

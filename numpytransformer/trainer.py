@@ -243,8 +243,11 @@ class Trainer:
             if complete:
                 plot_history(self.history, self.out_dir / "curves.png", log=lambda msg: None)
             if isinstance(stop, KeyboardInterrupt):  # a closed pipe has no reader left to tell
-                self.log(f"interrupted after the last epoch: {self.out_dir} is complete" if complete else
-                         f"interrupted: saved {self.out_dir / 'last'} at update {opt.t}; continue with --resume")
+                try:  # Ctrl-C in "train | tee" stops the reader too: the interrupt still wins
+                    self.log(f"interrupted after the last epoch: {self.out_dir} is complete" if complete else
+                             f"interrupted: saved {self.out_dir / 'last'} at update {opt.t}; continue with --resume")
+                except BrokenPipeError:
+                    pass
             raise
         # Every checkpoint and the history are saved: the plot first, then the notes.
         plot_history(self.history, self.out_dir / "curves.png", log=self.log)

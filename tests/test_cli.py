@@ -137,10 +137,11 @@ TINY_RUN = ["train", "reverse", "--n-symbols", "6", "--max-len", "6", "--n-train
             "--n-test", "20", "--d-model", "16", "--d-ff", "32", "--layers", "1", "--epochs", "2"]
 
 
-def _pipe_closes_at(monkeypatch, prefix, stop=BrokenPipeError(32, "Broken pipe")):
+def _pipe_closes_at(monkeypatch, prefix, stop=BrokenPipeError(32, "Broken pipe"), then_closed=False):
     """Make every print of the trainer and the command line raise BrokenPipeError from the
     first line that starts with ``prefix`` on, as when the reader of ``train ... |`` leaves
-    (or raise ``stop`` once there, e.g. a KeyboardInterrupt: Ctrl-C at that line)."""
+    (or raise ``stop`` once there, e.g. a KeyboardInterrupt: Ctrl-C at that line, and with
+    ``then_closed`` a closed pipe after it, as Ctrl-C stops ``| tee`` too)."""
     import builtins
 
     import numpytransformer.cli as cli_module
@@ -151,7 +152,9 @@ def _pipe_closes_at(monkeypatch, prefix, stop=BrokenPipeError(32, "Broken pipe")
     def printing(*args, **kwargs):
         if kwargs.get("file", sys.stdout) is not sys.stdout:  # stderr stays open
             return builtins.print(*args, **kwargs)
-        if (closed and isinstance(stop, BrokenPipeError)) or (not closed and args and str(args[0]).startswith(prefix)):
+        if closed and (isinstance(stop, BrokenPipeError) or then_closed):
+            raise BrokenPipeError(32, "Broken pipe")
+        if args and str(args[0]).startswith(prefix):
             closed.append(True)
             raise stop
         builtins.print(*args, **kwargs)
@@ -207,6 +210,39 @@ def test_ctrl_c_at_the_last_epochs_line_leaves_a_complete_run(tmp_path, capsys, 
     captured = capsys.readouterr()
     assert f"interrupted after the last epoch: {out} is complete" in captured.out and "--resume" not in captured.out
     assert (out / "curves.png").is_file()
+
+
+@pytest.mark.parametrize("prefix", ["epoch 1 done", "epoch 2 done"])
+def test_ctrl_c_in_train_piped_to_tee_is_an_interrupt(tmp_path, capsys, monkeypatch, prefix):
+    """Ctrl-C reaches the whole pipeline, so the trainer's note finds the pipe closed: still 130."""
+    _pipe_closes_at(monkeypatch, prefix, stop=KeyboardInterrupt(), then_closed=True)
+    out = tmp_path / "run"
+    assert main(TINY_RUN + ["--out", str(out)]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_a_damaged_run_is_refused_even_with_the_output_closed(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    assert main(TINY_RUN + ["--out", str(out)]) == 0
+    weights = next((out / "last").glob("weights-*.npz"))
+    weights.write_bytes(weights.read_bytes()[:-10])
+    capsys.readouterr()
+    _pipe_closes_at(monkeypatch, "")  # the very first line
+    assert main(TINY_RUN + ["--epochs", "3", "--resume", "--out", str(out)]) == 2
+    assert "is damaged" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("prefix, code", [("[2/2]", 141), ("# Reversal ablation", 0)])
+def test_a_sweep_is_cut_short_by_a_closed_pipe_unless_it_is_done(tmp_path, capsys, monkeypatch, prefix, code):
+    """Closed before the last run: 141; closed at the report, with every run and sweep.md
+    written: 0."""
+    _pipe_closes_at(monkeypatch, prefix)
+    out = tmp_path / "sw"
+    assert main(["sweep", "--layers", "1", "2", "--epochs", "1", "--n-train", "50", "--out", str(out)]) == code
+    captured = capsys.readouterr()
+    assert prefix not in captured.out and "[1/2]" in captured.out  # the pipe closed where asked
+    assert (out / "sweep.md").is_file() == (code == 0)
+    assert ("the sweep stopped" in captured.err) == (code == 141)
 
 
 def test_a_closed_pipe_stops_a_sweep_with_an_error(tmp_path):
