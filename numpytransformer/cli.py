@@ -301,7 +301,7 @@ def cmd_sweep(args) -> None:
         base.n_train = args.n_train
     # Flushed line by line, so that "| tee log" shows each run as it ends.
     md = main_sweep(grid, args.out, args.epochs, full_grid=args.grid, base=base,
-                    log=lambda msg: print(msg, flush=True), show_report=False)
+                    log=lambda msg: print(msg, flush=True))
     try:
         print(Path(md).read_text(), flush=True)
     except BrokenPipeError:  # every run and the report are written: only the showing is lost
@@ -541,16 +541,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _to_devnull(stream) -> None:
+    """Point a closed stream's file at /dev/null, so that Python's final flush does not fail again."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.dup2(null, stream.fileno())
+    except (OSError, ValueError):  # not a file (e.g. captured in a test)
+        pass
+    finally:
+        os.close(null)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
     except BrokenPipeError as e:  # the reader went away (e.g. "| head"); caught before OSError, its base
-        # Point stdout at /dev/null so that Python's final flush does not fail again.
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):  # stdout is not a file (e.g. captured in a test)
-            pass
+        _to_devnull(sys.stdout)
         # "predict ... | head -n 1" got what it asked for, and training that had finished
         # saved everything before its closing report: neither is an error.
         if args.command not in ("train", "sweep") or isinstance(e, ReportLost):
@@ -565,11 +575,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             print(f"error: {'the sweep' if args.command == 'sweep' else 'training'} stopped because its output "
                   f"was closed; {then}", file=sys.stderr)
-        except OSError:  # stderr went into the same closed pipe ("2>&1 | head"): quiet it too
-            try:
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
-            except (OSError, ValueError):
-                pass
+        except OSError:  # stderr went into the same closed pipe ("2>&1 | head")
+            _to_devnull(sys.stderr)
         return 141  # 128 + SIGPIPE, as the shell reports a command killed by a closed pipe
     except (ValueError, OSError, FloatingPointError) as e:  # CheckpointError is a ValueError
         if os.environ.get("NUMPYTRANSFORMER_DEBUG"):

@@ -193,15 +193,12 @@ def default_sweep_train(epochs: int) -> TrainConfig:
 
 
 def main_sweep(grid: Dict[str, Sequence[int]], out_dir, epochs: int, full_grid: bool = False,
-               base: Optional[ReverseSettings] = None, log: Callable[[str], None] = print,
-               show_report: bool = True) -> Path:
-    """What ``python -m numpytransformer sweep`` runs: every run, then the report (``sweep.md``,
-    also logged when ``show_report``)."""
+               base: Optional[ReverseSettings] = None, log: Callable[[str], None] = print) -> Path:
+    """What ``python -m numpytransformer sweep`` runs: every run, then the report; returns
+    the path of ``sweep.md`` (the command prints it)."""
     runs = sweep_settings(base or ReverseSettings(), default_sweep_train(epochs), grid, full_grid)
     log(f"{len(runs)} runs of {epochs} epochs each, writing to {out_dir}")
     records = run_sweep(runs, out_dir, log)
     md = write_report(records, out_dir, title=f"Reversal ablation ({runs[0]['model'].formulation}, "
                                                f"{epochs} epochs a run)")
-    if show_report:
-        log(Path(md).read_text())
     return md

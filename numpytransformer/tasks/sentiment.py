@@ -238,6 +238,7 @@ class SentimentTask:
         self._ids: Dict[str, Tuple[List[np.ndarray], np.ndarray]] = {}
         self._index: Dict[str, np.ndarray] = {}
         self._train_lengths: Optional[np.ndarray] = None  # tokens of each training review, for input_tokens
+        self._summary: Optional[dict] = None  # data_summary(), hashed once: every checkpoint records it
         #: Validation reviews dropped because a training review has the same text (set once loaded).
         self.n_val_duplicates = 0
         if state is None:
@@ -313,6 +314,8 @@ class SentimentTask:
         :meth:`data_changes`, refuses to resume on other data (a changed data file, or a
         validation set that lost other duplicates), which would otherwise continue silently
         with different reviews."""
+        if self._summary is not None:
+            return self._summary
         positions, everything = hashlib.sha256(), hashlib.sha256()
         for split in ("train", "val"):
             texts, labels = self.texts(split)
@@ -322,27 +325,23 @@ class SentimentTask:
             everything.update(np.ascontiguousarray(labels, dtype="<i8").tobytes())
             for text in texts:
                 everything.update(text.encode("utf-8") + b"\0")
-        return {"train_reviews": int(len(self.split_indices("train"))),
-                "val_reviews": int(len(self.split_indices("val"))),
-                "split_sha256": positions.hexdigest()[:16], "data_sha256": everything.hexdigest()[:16]}
+        self._summary = {"train_reviews": int(len(self.split_indices("train"))),
+                         "val_reviews": int(len(self.split_indices("val"))),
+                         "data_sha256": everything.hexdigest()[:16], "split_sha256": positions.hexdigest()[:16]}
+        return self._summary
 
     def data_changes(self, recorded: dict) -> List[str]:
         """How the data now differs from ``recorded``, a checkpoint's :meth:`data_summary`.
 
         Checkpoints written before ``data_sha256`` existed hold one digest, ``split_sha256``,
         which meant the positions only (dbdd7d3) or positions, labels and texts (36f842f):
-        it is matched against both of today's digests. A record without either digest
-        cannot show the data is the same, and counts as a change."""
+        one that matches either of today's digests stands for both. Every other entry must
+        match, so a record without a digest cannot pass for the same data."""
         now = self.data_summary()
-        changes = [f"{k} {recorded.get(k, 'nothing')} then, {now[k]} now" for k in ("train_reviews", "val_reviews")
-                   if recorded.get(k) != now[k]]
-        if "data_sha256" in recorded:
-            changes += [f"{k} {recorded.get(k, 'nothing')} then, {now[k]} now" for k in ("data_sha256", "split_sha256")
-                        if recorded.get(k) != now[k]]
-        elif recorded.get("split_sha256") not in (now["split_sha256"], now["data_sha256"]):
-            changes.append(f"split_sha256 {recorded.get('split_sha256', 'nothing')} then, "
-                           f"{now['split_sha256']} or {now['data_sha256']} now")
-        return changes
+        if "data_sha256" not in recorded and recorded.get("split_sha256") in (now["split_sha256"],
+                                                                              now["data_sha256"]):
+            recorded = {**recorded, "data_sha256": now["data_sha256"], "split_sha256": now["split_sha256"]}
+        return [f"{k} {recorded.get(k, 'nothing')} then, {v} now" for k, v in now.items() if recorded.get(k) != v]
 
     def to_dict(self) -> dict:
         return {"name": "sentiment", **asdict(self.s),
