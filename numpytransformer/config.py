@@ -50,6 +50,9 @@ class TransformerConfig:
         Classes of :class:`~numpytransformer.models.TransformerClassifier`.
     pooling : "mean" or "first"
         How the classifier summarises a sequence.
+    positions : "sinusoidal" or "learned"
+        The paper's fixed table, or a learned table of ``max_len`` vectors (GPT's choice;
+        used by :class:`~numpytransformer.lm.TransformerLM`).
     """
 
     src_vocab_size: int
@@ -70,6 +73,7 @@ class TransformerConfig:
     layernorm_eps: float = 1e-5
     n_classes: int = 2
     pooling: str = "mean"
+    positions: str = "sinusoidal"
 
     def __post_init__(self) -> None:
         if self.tgt_vocab_size is None:
@@ -100,6 +104,8 @@ class TransformerConfig:
             raise ValueError(f"TransformerConfig.seed must be a non-negative integer, got {self.seed!r}")
         if self.pooling not in ("mean", "first"):
             raise ValueError(f"TransformerConfig.pooling must be 'mean' or 'first', got {self.pooling!r}")
+        if self.positions not in ("sinusoidal", "learned"):
+            raise ValueError(f"TransformerConfig.positions must be 'sinusoidal' or 'learned', got {self.positions!r}")
 
     @property
     def np_dtype(self) -> np.dtype:

@@ -1,11 +1,15 @@
-"""Sinusoidal positional encoding (Vaswani et al., 2017, section 3.5)."""
+"""Positions: the sinusoidal encoding of the paper (Vaswani et al., 2017, section 3.5),
+and the learned position embedding of GPT (Radford et al., 2018)."""
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
 from .module import Module
 
-__all__ = ["sinusoidal_encoding", "positional_forward", "positional_backward", "PositionalEncoding"]
+__all__ = ["sinusoidal_encoding", "positional_forward", "positional_backward", "PositionalEncoding",
+           "learned_positional_forward", "learned_positional_backward", "LearnedPositionalEmbedding"]
 
 
 def sinusoidal_encoding(max_len: int, d_model: int, dtype=np.float64) -> np.ndarray:
@@ -56,3 +60,73 @@ class PositionalEncoding(Module):
     def backward(self, dout: np.ndarray) -> np.ndarray:
         self._pop_cache()
         return positional_backward(dout)
+
+
+class LearnedPositionalCache(NamedTuple):
+    max_len: int
+    offset: int
+
+
+def learned_positional_forward(x: np.ndarray, P: np.ndarray, offset: int = 0):
+    """Add a learned vector per position: ``out[:, t] = x[:, t] + P[offset + t]``.
+
+    .. math:: \\text{out}_{b,t} = x_{b,t} + P_{\\text{offset}+t}
+
+    Parameters
+    ----------
+    x : ndarray, shape (B, T, D)
+    P : ndarray, shape (max_len, D)
+        The position table, a parameter (GPT's ``wpe``). Assumes ``offset + T <= max_len``.
+    offset : int
+        The position of ``x[:, 0]`` (incremental decoding starts past 0).
+
+    Returns
+    -------
+    out : ndarray, shape (B, T, D)
+    cache : LearnedPositionalCache
+    """
+    T = x.shape[1]
+    return x + P[offset:offset + T], LearnedPositionalCache(P.shape[0], offset)
+
+
+def learned_positional_backward(dout: np.ndarray, cache: LearnedPositionalCache):
+    """Gradients of the addition.
+
+    ``out = x + P[offset + t]`` is linear in both: ``dx = dout``. Row ``offset + t`` of the
+    table is added to every sequence of the batch, so its gradient is the sum over the batch
+    of ``dout[:, t]``; rows the forward did not read get zero.
+
+    Returns
+    -------
+    dx : ndarray, shape (B, T, D)
+    dP : ndarray, shape (max_len, D)
+    """
+    max_len, offset = cache
+    B, T, D = dout.shape
+    ### BEGIN SOLUTION 12.1: dx, and dP: each used row gets the batch sum of its dout, the others zero
+    dP = np.zeros((max_len, D), dtype=dout.dtype)
+    dP[offset:offset + T] = dout.sum(axis=0)
+    dx = dout
+    ### END SOLUTION
+    return dx, dP
+
+
+class LearnedPositionalEmbedding(Module):
+    """GPT's position table ``P`` (max_len, D), a parameter initialised N(0, 0.02^2) as in GPT-2."""
+
+    def __init__(self, max_len: int, d_model: int, rng: np.random.Generator, dtype=np.float64, std: float = 0.02):
+        super().__init__()
+        self.add_param("P", (rng.standard_normal((max_len, d_model)) * std).astype(dtype))
+
+    def forward(self, x: np.ndarray, offset: int = 0) -> np.ndarray:
+        if offset + x.shape[1] > self.params["P"].shape[0]:
+            raise ValueError(
+                f"sequence of length {offset + x.shape[1]} is longer than max_len={self.params['P'].shape[0]}"
+            )
+        out, self._cache = learned_positional_forward(x, self.params["P"], offset)
+        return out
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        dx, dP = learned_positional_backward(dout, self._pop_cache())
+        self.grads["P"] += dP
+        return dx
