@@ -1,55 +1,49 @@
-"""Checkpoints: ``.npz`` arrays (read with ``allow_pickle=False``) and a JSON file, written atomically.
+"""Checkpoints: a JSON document and ``.npz`` arrays, written atomically, checked whole on loading.
 
 A checkpoint is a directory::
 
-    CK/checkpoint.json         config, task settings, optimiser settings, step, RNG state ...
+    CK/checkpoint.json         what :data:`FIELDS` lists: config, task, step, generator state ...
     CK/weights-00001234.npz    the model's parameters by dotted name
-    CK/optimizer-00001234.npz  Adam's moments (only when saved for resuming)
+    CK/optimizer-00001234.npz  Adam's moments (only in ``last/``, for resuming)
 
-Every file is written to a temporary name and then renamed, and ``checkpoint.json``,
-which names the ``.npz`` files it belongs to, is renamed last. A save interrupted at
-any moment therefore leaves the previous checkpoint whole: until the final rename,
-the old JSON still points at the old arrays, which are only deleted afterwards.
-No pickle is used anywhere.
+Every file is written to a temporary name, flushed and renamed; ``checkpoint.json``,
+which names the ``.npz`` files it belongs to (with their SHA-256), is renamed last. A
+save interrupted at any moment leaves the previous checkpoint whole, and its leftover
+temporary files are removed by the next save or load. Loading checks the whole
+document against :data:`FIELDS`, then the arrays' names, shapes, dtypes and values,
+before anything is built; every problem is a :class:`CheckpointError` naming the file
+and the field. The ``.npz`` files are read with ``allow_pickle=False``: no pickle anywhere.
 """
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import tempfile
+import zipfile
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict
 
 import numpy as np
 
-from .config import TransformerConfig
+from .errors import NumpyTransformerError
 
-__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "read_checkpoint_meta", "load_weights",
-           "atomic_write_bytes", "atomic_write_text"]
+__all__ = ["CheckpointError", "FORMAT_VERSION", "FIELDS", "save_checkpoint", "load_checkpoint",
+           "read_checkpoint_meta", "atomic_write_text"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+
+#: The fields of ``checkpoint.json`` and their JSON types; save and load both check against it.
+FIELDS = {"format_version": int, "model": str, "config": dict, "task": dict, "data": dict, "train": dict,
+          "step": int, "epoch": int, "best_score": (float, int, type(None)), "history": dict, "rng": dict,
+          "files": dict}
+#: Present only in a checkpoint saved for resuming.
+RESUME_FIELDS = {"optimizer": dict}
 
 
-class CheckpointError(ValueError):
+class CheckpointError(NumpyTransformerError):
     """A checkpoint is missing, damaged, or does not match the model."""
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # some platforms cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def atomic_write_bytes(path, data: bytes) -> None:
@@ -58,68 +52,56 @@ def atomic_write_bytes(path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
 
 
 def atomic_write_text(path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def _npz_bytes(arrays: Dict[str, np.ndarray]) -> bytes:
-    import io
+def _remove_leftovers(path: Path) -> None:
+    """Delete temporary files that a save killed half-way left behind."""
+    for tmp in path.glob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
 
+
+def _npz_bytes(arrays: Dict[str, np.ndarray]) -> bytes:
     buf = io.BytesIO()
     np.savez(buf, **{k: np.ascontiguousarray(v) for k, v in arrays.items()})
     return buf.getvalue()
 
 
 def save_checkpoint(path, model, meta: dict, optimizer=None) -> Path:
-    """Save ``model`` (and optionally ``optimizer``) into the directory ``path``.
+    """Save ``model`` (and ``optimizer``, for resuming) into the directory ``path``.
 
-    Parameters
-    ----------
-    path : str or Path
-        The checkpoint directory (created if needed).
-    model : a model with ``cfg`` and ``parameters()``
-    meta : dict
-        JSON-serialisable extras: task settings, vocabulary, step, epoch, history ...
-    optimizer : Adam, optional
-        Its moments go to ``optimizer-*.npz``; its step and settings into the JSON.
+    ``meta`` holds the remaining :data:`FIELDS` (task, data, train, step, epoch,
+    best_score, history); the config, the generator state and the file list are added here.
     """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    step = int(meta.get("step", 0))
-    files = {}
-    weights = {k: v for k, v in model.parameters().items()}
-    data = _npz_bytes(weights)
-    files["weights"] = {"name": f"weights-{step:08d}.npz", "sha256": hashlib.sha256(data).hexdigest()}
-    atomic_write_bytes(path / files["weights"]["name"], data)
-    doc = {
-        "format_version": FORMAT_VERSION,
-        "model": type(model).__name__,
-        "config": model.cfg.to_dict(),
-        "dropout_rng_state": _jsonable(model.rng.bit_generator.state),
-        **meta,
-    }
+    _remove_leftovers(path)
+    arrays = {"weights": model.parameters()}
+    doc = {"format_version": FORMAT_VERSION, "model": type(model).__name__, "config": model.cfg.to_dict(),
+           "rng": _jsonable(model.rng.bit_generator.state), **meta, "files": {}}
     if optimizer is not None:
-        data = _npz_bytes(optimizer.state_arrays())
-        files["optimizer"] = {"name": f"optimizer-{step:08d}.npz", "sha256": hashlib.sha256(data).hexdigest()}
-        atomic_write_bytes(path / files["optimizer"]["name"], data)
-        doc["optimizer"] = {"type": "Adam", "t": optimizer.t, "betas": [optimizer.beta1, optimizer.beta2],
-                            "eps": optimizer.eps}
-    doc["files"] = files
+        arrays["optimizer"] = optimizer.state_arrays()
+        doc["optimizer"] = {"t": optimizer.t}
+    for kind, named in arrays.items():
+        data = _npz_bytes(named)
+        name = f"{kind}-{int(meta['step']):08d}.npz"
+        atomic_write_bytes(path / name, data)
+        doc["files"][kind] = {"name": name, "sha256": hashlib.sha256(data).hexdigest()}
+    _check_fields(doc, path / "checkpoint.json", optimizer is not None)
     atomic_write_text(path / "checkpoint.json", json.dumps(doc, indent=1))
-    keep = {f["name"] for f in files.values()}
+    keep = {f["name"] for f in doc["files"].values()}
     for old in list(path.glob("weights-*.npz")) + list(path.glob("optimizer-*.npz")):
         if old.name not in keep:
             old.unlink()
@@ -129,13 +111,40 @@ def save_checkpoint(path, model, meta: dict, optimizer=None) -> Path:
 def _jsonable(obj):
     if isinstance(obj, dict):
         return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    return obj
+    return int(obj) if isinstance(obj, np.integer) else obj
 
 
-def read_checkpoint_meta(path) -> dict:
-    """The parsed ``checkpoint.json`` of the checkpoint directory ``path``."""
+def _check_fields(doc, js: Path, for_resume: bool) -> None:
+    if not isinstance(doc, dict):
+        raise CheckpointError(f"{js} is damaged: expected a JSON object, got {type(doc).__name__}")
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{js} has format version {doc.get('format_version')!r}; this version reads "
+                              f"{FORMAT_VERSION}: train the model again")
+    fields = {**FIELDS, **(RESUME_FIELDS if for_resume else {})}
+    for name, kind in fields.items():
+        if name not in doc:
+            raise CheckpointError(f"{js} is damaged: field {name!r} is missing")
+        if not isinstance(doc[name], kind) or isinstance(doc[name], bool):
+            raise CheckpointError(f"{js} is damaged: field {name!r} has the wrong type "
+                                  f"({type(doc[name]).__name__})")
+    for name in ("step", "epoch"):
+        if doc[name] < 0:
+            raise CheckpointError(f"{js} is damaged: field {name!r} is negative")
+    for kind in ("weights",) + (("optimizer",) if for_resume else ()):
+        entry = doc["files"].get(kind)
+        if not (isinstance(entry, dict) and isinstance(entry.get("name"), str) and isinstance(entry.get("sha256"), str)
+                and Path(entry["name"]).name == entry["name"]):
+            raise CheckpointError(f"{js} is damaged: field files.{kind} must name a file in the checkpoint "
+                                  "and its sha256")
+    if for_resume:
+        history = doc["history"]
+        if not (isinstance(doc["optimizer"].get("t"), int) and isinstance(history.get("steps"), list)
+                and isinstance(history.get("epochs"), list)):
+            raise CheckpointError(f"{js} is damaged: fields optimizer.t and history.steps/epochs are needed to resume")
+
+
+def read_checkpoint_meta(path, for_resume: bool = False) -> dict:
+    """The checked ``checkpoint.json`` of the checkpoint directory ``path``."""
     path = Path(path)
     js = path / "checkpoint.json"
     if not path.exists():
@@ -144,10 +153,10 @@ def read_checkpoint_meta(path) -> dict:
         raise CheckpointError(f"{str(path)!r} is not a checkpoint directory (it has no checkpoint.json)")
     try:
         doc = json.loads(js.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise CheckpointError(f"{js} is damaged: {e}") from None
-    if doc.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"{js} has format version {doc.get('format_version')!r}, expected {FORMAT_VERSION}")
+    _check_fields(doc, js, for_resume)
+    _remove_leftovers(path)
     return doc
 
 
@@ -158,48 +167,55 @@ def _read_npz(path: Path, entry: dict) -> Dict[str, np.ndarray]:
     data = f.read_bytes()
     if hashlib.sha256(data).hexdigest() != entry["sha256"]:
         raise CheckpointError(f"checkpoint file {f} is damaged (its checksum does not match checkpoint.json)")
-    import io
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, AttributeError, KeyError) as e:
+        raise CheckpointError(f"checkpoint file {f} is not a readable .npz archive ({type(e).__name__})") from None
 
-    with np.load(io.BytesIO(data), allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
 
-
-def load_weights(model, arrays: Dict[str, np.ndarray], source: str = "checkpoint") -> None:
-    """Copy ``arrays`` into the model's parameters, checking names, shapes and dtypes."""
-    params = model.parameters()
-    missing, extra = sorted(set(params) - set(arrays)), sorted(set(arrays) - set(params))
+def _check_arrays(arrays: Dict[str, np.ndarray], like: Dict[str, np.ndarray], where: str) -> None:
+    """Names, shapes, dtypes and finiteness of loaded arrays against the model's own."""
+    missing, extra = sorted(set(like) - set(arrays)), sorted(set(arrays) - set(like))
     if missing or extra:
-        raise CheckpointError(f"{source} does not match the model: missing {missing[:3]}, unexpected {extra[:3]}")
-    for k, p in params.items():
+        raise CheckpointError(f"{where} does not match the model: missing {missing[:3]}, unexpected {extra[:3]}")
+    for k, p in like.items():
         a = arrays[k]
-        if a.shape != p.shape:
-            raise CheckpointError(f"{source}: parameter {k} has shape {a.shape}, the model expects {p.shape}")
-        if a.dtype != p.dtype:
-            raise CheckpointError(f"{source}: parameter {k} is {a.dtype}, the model is {p.dtype}")
-        p[...] = a
+        if a.shape != p.shape or a.dtype != p.dtype:
+            raise CheckpointError(f"{where}: array {k} is {a.dtype} {a.shape}, the model expects {p.dtype} {p.shape}")
+        if not np.isfinite(a).all():
+            raise CheckpointError(f"{where}: array {k} holds NaN or infinite values")
 
 
-def load_checkpoint(path, model=None, optimizer=None, expect_config: Optional[TransformerConfig] = None) -> dict:
+def load_checkpoint(path, model, optimizer=None) -> dict:
     """Load a checkpoint into ``model`` (and ``optimizer``); returns its JSON document.
 
-    Raises :class:`CheckpointError` with a clear message when the directory is
-    missing or damaged, or when the stored config differs from the model's.
+    Everything is checked before anything is copied, so a refused checkpoint leaves the
+    model as it was.
     """
     path = Path(path)
-    doc = read_checkpoint_meta(path)
-    if model is not None:
-        want = (expect_config or model.cfg).to_dict()
-        have = doc["config"]
-        diff = {k: (have.get(k), want[k]) for k in want if have.get(k) != want[k]}
-        if diff:
-            shown = ", ".join(f"{k}: checkpoint {a!r} vs model {b!r}" for k, (a, b) in list(diff.items())[:4])
-            raise CheckpointError(f"checkpoint {str(path)!r} was saved with a different config ({shown})")
-        if doc.get("model") != type(model).__name__:
-            raise CheckpointError(f"checkpoint {str(path)!r} holds a {doc.get('model')}, not a {type(model).__name__}")
-        load_weights(model, _read_npz(path, doc["files"]["weights"]), f"checkpoint {str(path)!r}")
-        model.rng.bit_generator.state = doc["dropout_rng_state"]
+    doc = read_checkpoint_meta(path, for_resume=optimizer is not None)
+    js = path / "checkpoint.json"
+    if doc["model"] != type(model).__name__:
+        raise CheckpointError(f"{js} holds a {doc['model']}, not a {type(model).__name__}")
+    want = model.cfg.to_dict()
+    diff = [k for k in sorted(set(want) | set(doc["config"])) if doc["config"].get(k) != want.get(k)]
+    if diff:
+        raise CheckpointError(f"{js}: field config differs from the model's ({', '.join(diff[:4])})")
+    weights = _read_npz(path, doc["files"]["weights"])
+    _check_arrays(weights, model.parameters(), str(path / doc["files"]["weights"]["name"]))
+    moments = None
     if optimizer is not None:
-        if "optimizer" not in doc["files"]:
-            raise CheckpointError(f"checkpoint {str(path)!r} has no optimiser state, so it cannot be resumed")
-        optimizer.load_state_arrays(_read_npz(path, doc["files"]["optimizer"]), doc["optimizer"]["t"])
+        moments = _read_npz(path, doc["files"]["optimizer"])
+        _check_arrays(moments, optimizer.state_arrays(), str(path / doc["files"]["optimizer"]["name"]))
+    rng = np.random.default_rng()
+    try:
+        rng.bit_generator.state = doc["rng"]
+    except (TypeError, ValueError, KeyError, OverflowError):
+        raise CheckpointError(f"{js} is damaged: field 'rng' is not a generator state") from None
+    for k, p in model.parameters().items():
+        p[...] = weights[k]
+    model.rng.bit_generator.state = doc["rng"]
+    if optimizer is not None:
+        optimizer.load_state_arrays(moments, doc["optimizer"]["t"])
     return doc

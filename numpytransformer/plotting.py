@@ -11,6 +11,8 @@ from typing import Dict, Sequence
 
 import numpy as np
 
+from .errors import NumpyTransformerError
+
 __all__ = ["image_suffixes", "plot_attention"]
 
 
@@ -19,7 +21,7 @@ def new_figure(**kwargs):
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise ValueError("plots need matplotlib: pip install matplotlib") from None
+        raise NumpyTransformerError("plots need matplotlib: pip install matplotlib") from None
     return Figure(**kwargs)
 
 
@@ -30,7 +32,7 @@ def image_suffixes() -> tuple:
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
-        raise ValueError("plots need matplotlib: pip install matplotlib") from None
+        raise NumpyTransformerError("plots need matplotlib: pip install matplotlib") from None
     return tuple("." + kind for kind in sorted(FigureCanvasBase.get_supported_filetypes()) if kind != "pgf")
 
 

@@ -22,95 +22,82 @@ import itertools
 import json
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Sequence
 
 from .checkpoint import atomic_write_text
-from .tasks.reverse import DEFAULT_TRAIN, ReversalTask, ReverseSettings
+from .errors import NumpyTransformerError
+from .settings import ModelSettings
+from .tasks.reverse import ReversalTask, ReverseData
 from .trainer import Trainer, TrainConfig
 
-__all__ = ["FACTORS", "sweep_settings", "run_sweep", "factor_effects", "write_report"]
+__all__ = ["FACTORS", "sweep_settings", "run_sweep", "factor_effects", "write_report", "default_sweep_train"]
 
-#: The factors a sweep can vary: name -> (where it lives, the field it sets).
-FACTORS = {
-    "layers": ("model", "n_layers"),
-    "heads": ("model", "n_heads"),
-    "d_model": ("model", "d_model"),
-    "warmup": ("train", "warmup"),
-}
+#: The factors a sweep can vary: name -> (which settings, the field it sets).
+FACTORS = {"layers": ("model", "n_layers"), "heads": ("model", "n_heads"), "d_model": ("model", "d_model"),
+           "warmup": ("train", "warmup")}
 
 
-def sweep_settings(base_model: ReverseSettings, base_train: TrainConfig, grid: Dict[str, Sequence],
+def default_sweep_train(epochs: int) -> TrainConfig:
+    """The reversal recipe with a fixed number of epochs and no time limit."""
+    return dataclasses.replace(ReversalTask.recipe(ReverseData())[1], epochs=epochs, max_minutes=0, log_every=10 ** 6)
+
+
+def sweep_settings(data: ReverseData, base_model: ModelSettings, base_train: TrainConfig, grid: Dict[str, Sequence],
                    full_grid: bool = False) -> List[dict]:
-    """The runs of a sweep, each ``{"name", "factors", "model", "train"}``.
+    """The runs of a sweep, each ``{"name", "factors", "data", "model", "train"}``.
 
     One factor at a time: the base run first, then, for each factor, each value that
     differs from the base. ``full_grid``: every combination of the values.
     """
+    base = {"model": base_model, "train": base_train}
     for name, values in grid.items():
         if name not in FACTORS:
-            raise ValueError(f"unknown sweep factor {name!r}: expected one of {', '.join(FACTORS)}")
-        if not values:
-            raise ValueError(f"sweep factor {name!r} has no values")
-        for v in values:
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"sweep factor {name!r}: values must be positive integers, got {v!r}")
-
-    def base_value(name):
-        where, field = FACTORS[name]
-        return getattr(base_model if where == "model" else base_train, field)
-
+            raise NumpyTransformerError(f"unknown sweep factor {name!r}: expected one of {', '.join(FACTORS)}")
+        if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+            raise NumpyTransformerError(f"sweep factor {name!r}: expected positive integers, got {values!r}")
+    at_base = {n: getattr(base[where], field) for n, (where, field) in FACTORS.items()}
     if full_grid:
-        names = list(grid)
-        combos = [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
+        combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     else:
-        combos = [{}]
-        for name, values in grid.items():
-            combos += [{name: v} for v in values if v != base_value(name)]
-
+        combos = [{}] + [{n: v} for n, values in grid.items() for v in values if v != at_base[n]]
     runs = []
     for combo in combos:
-        model_changes = {FACTORS[n][1]: v for n, v in combo.items() if FACTORS[n][0] == "model"}
-        train_changes = {FACTORS[n][1]: v for n, v in combo.items() if FACTORS[n][0] == "train"}
-        model = dataclasses.replace(base_model, **model_changes)
-        if model.d_model % model.n_heads:
-            raise ValueError(f"sweep run {combo}: d_model {model.d_model} is not divisible by "
-                             f"{model.n_heads} heads")
-        factors = {n: combo.get(n, base_value(n)) for n in FACTORS}
-        name = "base" if not combo else "-".join(f"{n}{v}" for n, v in combo.items())
-        runs.append({"name": name, "factors": factors, "model": model,
-                     "train": dataclasses.replace(base_train, **train_changes)})
+        changed = {where: {FACTORS[n][1]: v for n, v in combo.items() if FACTORS[n][0] == where} for where in base}
+        try:
+            settings = {where: dataclasses.replace(base[where], **changed[where]) for where in base}
+        except NumpyTransformerError as e:
+            raise NumpyTransformerError(f"sweep run {combo}: {e}") from None
+        runs.append({"name": "-".join(f"{n}{v}" for n, v in combo.items()) or "base", "data": data,
+                     "factors": {n: combo.get(n, at_base[n]) for n in FACTORS}, **settings})
     return runs
 
 
 def run_sweep(runs: List[dict], out_dir, log: Callable[[str], None] = print) -> List[dict]:
-    """Train and score every run; returns one record per run (also kept in ``sweep.json``).
+    """Train and score every run; returns one record per run (also in its ``result.json``).
 
-    A run whose directory already holds a result is not trained again, so an
-    interrupted sweep continues where it stopped.
+    A run whose directory already holds a result is not trained again, so an interrupted
+    sweep continues where it stopped.
     """
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     records = []
     for i, run in enumerate(runs):
-        run_dir = out_dir / run["name"]
-        done = run_dir / "result.json"
+        done = out_dir / run["name"] / "result.json"
         if done.exists():
             records.append(json.loads(done.read_text()))
             log(f"[{i + 1}/{len(runs)}] {run['name']}: already done")
             continue
         log(f"[{i + 1}/{len(runs)}] {run['name']}: " + ", ".join(f"{k} {v}" for k, v in run["factors"].items()))
-        task = ReversalTask(run["model"])
+        task = ReversalTask(run["data"], run["model"])
         model = task.build_model()
-        trainer = Trainer(model, task, run["train"], run_dir, log=lambda msg: None)
+        trainer = Trainer(model, task, run["train"], done.parent, log=lambda msg: None)
         start = time.perf_counter()
         trainer.fit()
         seconds = time.perf_counter() - start
-        # Scored with the final weights: every run gets the same number of updates.
-        test = task.final_report(model)
+        test = task.metrics(model, task.splits[2])  # the final weights: every run has the same updates
         record = {"name": run["name"], "factors": run["factors"], "parameters": model.num_parameters(),
                   "updates": trainer.optimizer.t, "seconds": round(seconds, 1),
                   "token_accuracy": test["token_accuracy"], "exact_match": test["exact_match"],
-                  "model": dataclasses.asdict(run["model"]), "train": dataclasses.asdict(run["train"])}
+                  **{k: dataclasses.asdict(run[k]) for k in ("data", "model", "train")}}
         atomic_write_text(done, json.dumps(record, indent=1))
         log(f"    token accuracy {record['token_accuracy']:.4f}, exact match {record['exact_match']:.4f}, "
             f"{record['parameters']:,} parameters, {seconds:.0f} s")
@@ -187,18 +174,3 @@ def write_report(records: List[dict], out_dir, title: str = "Reversal ablation")
     return md
 
 
-def default_sweep_train(epochs: int) -> TrainConfig:
-    """The reversal recipe with a fixed number of epochs and no time limit."""
-    return dataclasses.replace(DEFAULT_TRAIN, epochs=epochs, max_minutes=None, log_every=10 ** 6)
-
-
-def main_sweep(grid: Dict[str, Sequence[int]], out_dir, epochs: int, full_grid: bool = False,
-               base: Optional[ReverseSettings] = None, log: Callable[[str], None] = print) -> Path:
-    """What ``python -m numpytransformer sweep`` runs: every run, then the report; returns
-    the path of ``sweep.md`` (the command prints it)."""
-    runs = sweep_settings(base or ReverseSettings(), default_sweep_train(epochs), grid, full_grid)
-    log(f"{len(runs)} runs of {epochs} epochs each, writing to {out_dir}")
-    records = run_sweep(runs, out_dir, log)
-    md = write_report(records, out_dir, title=f"Reversal ablation ({runs[0]['model'].formulation}, "
-                                               f"{epochs} epochs a run)")
-    return md

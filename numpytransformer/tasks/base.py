@@ -1,0 +1,176 @@
+"""The Task interface: everything the trainer and the command line need from a task.
+
+A task glues data, a model and a measure of success together. The trainer calls only
+``build_model``, ``train_batches``, ``train_step_loss``, ``input_tokens``, ``validate``
+and the class attributes; the command line adds ``test_report``, ``evaluate``,
+``predict``, ``attention`` and the settings round trip ``to_dict``/``from_dict``.
+
+Adding a task is one file with a subclass and one line in :data:`TASKS`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import NumpyTransformerError
+from ..losses import cross_entropy
+from ..settings import ModelSettings
+
+__all__ = ["Task", "TASKS", "task_class", "task_from_dict"]
+
+
+class Task(ABC):
+    """A task: data settings, model settings, and what to do with them.
+
+    Subclasses set the class attributes and implement the abstract methods. ``data`` is an
+    instance of :attr:`Data`, ``model`` a :class:`~numpytransformer.settings.ModelSettings`;
+    ``state`` is what was learned from the data before training (a vocabulary) and is saved
+    in every checkpoint, so that a checkpoint runs without the data.
+    """
+
+    #: The name on the command line (``train NAME``) and in checkpoints.
+    name: ClassVar[str]
+    #: The dataclass of the task's data settings.
+    Data: ClassVar[type]
+    #: The metric of :meth:`validate` that picks the best checkpoint (higher is better).
+    selection_metric: ClassVar[str]
+    #: What :meth:`train_step_loss` counts, as the progress line names it (tok/s).
+    count_unit: ClassVar[str] = "tok"
+    #: The command that runs a trained model on new input.
+    predict_command: ClassVar[str] = "predict"
+    #: How many examples ``eval`` scores by default (0: the whole test split).
+    default_eval_n: ClassVar[int] = 1000
+    #: One line of ``--help``.
+    summary: ClassVar[str] = ""
+
+    def __init__(self, data, model: ModelSettings, data_dir: Optional[str] = None, state: Optional[dict] = None):
+        if not isinstance(data, self.Data):
+            raise NumpyTransformerError(f"data must be a {self.Data.__name__}, got {type(data).__name__}")
+        if not isinstance(model, ModelSettings):
+            raise NumpyTransformerError(f"model must be a ModelSettings, got {type(model).__name__}")
+        self.data, self.model, self.data_dir = data, model, data_dir
+        self.state = self.build_state() if state is None else state
+
+    # ---- settings ----------------------------------------------------------------------
+    @classmethod
+    def recipe(cls, data) -> Tuple[ModelSettings, "TrainConfig"]:  # noqa: F821
+        """The default model and training settings for ``data`` (measured in benchmarks/RESULTS.md)."""
+        raise NotImplementedError
+
+    def build_state(self) -> dict:
+        """What is learned from the training data before training (vocabularies); JSON."""
+        return {}
+
+    def data_summary(self) -> dict:
+        """What identifies the data read (counts, a digest): ``--resume`` refuses other data."""
+        return {}
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "data": dataclasses.asdict(self.data), "model": dataclasses.asdict(self.model),
+                "state": self.state}
+
+    # ---- model and training ---------------------------------------------------------------
+    @abstractmethod
+    def build_model(self):
+        """A new model for these settings."""
+
+    @abstractmethod
+    def train_batches(self, epoch: int) -> list:
+        """The batches of one epoch, the same for the same seed and epoch."""
+
+    @abstractmethod
+    def batch_arrays(self, batch) -> Tuple[tuple, np.ndarray]:
+        """``(model inputs, targets)`` of a training batch."""
+
+    #: Targets equal to this id are padding and do not count (None: every target counts).
+    target_pad: ClassVar[Optional[int]] = 0
+
+    def train_step_loss(self, model, batch, label_smoothing: float) -> Tuple[float, int, np.ndarray]:
+        """Forward and loss of a training batch: ``(mean loss, targets counted, dlogits)``."""
+        inputs, targets = self.batch_arrays(batch)
+        loss, dlogits = cross_entropy(model.forward(*inputs), targets, pad_id=self.target_pad,
+                                      label_smoothing=label_smoothing)
+        counted = targets.size if self.target_pad is None else int((targets != self.target_pad).sum())
+        return loss, counted, dlogits
+
+    #: True when :meth:`train_step_loss` counts something other than the tokens read (reviews):
+    #: the progress line then shows :meth:`input_tokens` per second too.
+    counts_inputs: ClassVar[bool] = False
+
+    def input_tokens(self, batch) -> int:
+        """Tokens the model reads in a batch (used when :attr:`counts_inputs`)."""
+        return 0
+
+    def mean_loss(self, model, batches) -> float:
+        """Target-weighted mean cross-entropy (no smoothing) over batches."""
+        total, n = 0.0, 0
+        for batch in batches:
+            loss, k, _ = self.train_step_loss(model, batch, 0.0)
+            total, n = total + loss * k, n + k
+        return total / max(n, 1)
+
+    @abstractmethod
+    def validate(self, model) -> Dict[str, float]:
+        """Metrics on the validation split, :attr:`selection_metric` among them."""
+
+    # ---- after training ------------------------------------------------------------------
+    @abstractmethod
+    def test_report(self, model) -> Dict[str, float]:
+        """The figures a finished run reports, on the held-out test split."""
+
+    @abstractmethod
+    def evaluate(self, model, n: int, seed: int, beam: int = 1) -> Dict[str, float]:
+        """``eval``: metrics on ``n`` held-out examples (0: all)."""
+
+    @abstractmethod
+    def predict(self, model, lines: Sequence[str], beam: int = 1) -> List[str]:
+        """The model's output for each input line."""
+
+    def attention(self, model, text: str):
+        """``(maps, labels, output)``: attention maps of every layer for one input."""
+        raise NumpyTransformerError(f"the {self.name} task draws no attention maps")
+
+    def generate(self, model, prompt: str, tokens: int, temperature: float, top_k=None, top_p=None,
+                 seed: int = 0) -> str:
+        """``generate``: continue ``prompt`` by sampling (language models only)."""
+        raise NumpyTransformerError(f"generate needs a language-model checkpoint; this one holds a {self.name} model")
+
+    @abstractmethod
+    def example_input(self) -> str:
+        """An input to suggest after training."""
+
+
+#: The tasks the command line knows: name -> "module:class" (imported when used).
+TASKS: Dict[str, str] = {
+    "reverse": "numpytransformer.tasks.reverse:ReversalTask",
+    "translate": "numpytransformer.tasks.translate:TranslationTask",
+    "sentiment": "numpytransformer.tasks.sentiment:SentimentTask",
+}
+
+
+def task_class(name: str):
+    """The Task subclass registered as ``name``."""
+    if name not in TASKS:
+        raise NumpyTransformerError(f"unknown task {name!r}: expected one of {', '.join(TASKS)}")
+    import importlib
+
+    module, cls = TASKS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def task_from_dict(d, data_dir: Optional[str] = None) -> Task:
+    """Rebuild a task from :meth:`Task.to_dict` (a checkpoint's ``task`` field), checking it."""
+    if not isinstance(d, dict) or not isinstance(d.get("name"), str):
+        raise NumpyTransformerError("task must be a dict with a 'name'")
+    cls = task_class(d["name"])
+    for key, kind in (("data", dict), ("model", dict), ("state", dict)):
+        if not isinstance(d.get(key), kind):
+            raise NumpyTransformerError(f"task.{key} must be a JSON object, got {type(d.get(key)).__name__}")
+    try:
+        data, model = cls.Data(**d["data"]), ModelSettings(**d["model"])
+    except TypeError as e:  # a field missing or unknown
+        raise NumpyTransformerError(f"task settings do not fit this version ({e})") from None
+    return cls(data, model, data_dir=data_dir, state=d["state"])
