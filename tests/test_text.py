@@ -1,7 +1,9 @@
-"""Tests for numpytransformer.text: normalisation, word tokens, BPE, Vocab, Tokenizer."""
+"""Tests for the numpytransformer.text package: normalisation, word tokens, BPE, Vocab, Tokenizer."""
 
+import gzip
 import json
-from collections import Counter
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,9 +15,15 @@ from numpytransformer.text import (
     Tokenizer,
     Vocab,
     detokenize,
+    learn_merges,
+    learn_merges_fast,
     normalize,
+    word_counts,
     word_tokenize,
 )
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_DIR = Path(os.environ.get("NUMPYTRANSFORMER_DATA", REPO.parent / "shared" / "data"))
 
 SENTENCES = [
     "A man, in a blue shirt, rides a bike.",
@@ -154,36 +162,6 @@ def test_detokenize_round_trip_generated(sentence):
 # BPE
 # --------------------------------------------------------------------------- #
 
-def _learn_naive(word_counts, num_merges, min_frequency=2):
-    """Reference BPE: recount every pair after every merge (slow, obviously right)."""
-    words = {tuple(w[:-1]) + (w[-1] + BPE.END_OF_WORD,): f for w, f in word_counts.items()}
-    merges = []
-    for _ in range(num_merges):
-        pairs = Counter()
-        for symbols, f in words.items():
-            for pair in zip(symbols, symbols[1:]):
-                pairs[pair] += f
-        if not pairs:
-            break
-        best = min(pairs, key=lambda p: (-pairs[p], p))
-        if pairs[best] < min_frequency:
-            break
-        merges.append(best)
-        new_words = {}
-        for symbols, f in words.items():
-            out, i = [], 0
-            while i < len(symbols):
-                if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == best:
-                    out.append(best[0] + best[1])
-                    i += 2
-                else:
-                    out.append(symbols[i])
-                    i += 1
-            new_words[tuple(out)] = f
-        words = new_words
-    return merges
-
-
 def test_bpe_sennrich_toy_example():
     corpus = [["low"]] * 5 + [["lower"]] * 2 + [["newest"]] * 6 + [["widest"]] * 3
     bpe = BPE.learn(corpus, num_merges=3)
@@ -191,13 +169,32 @@ def test_bpe_sennrich_toy_example():
     assert bpe.encode_word("lowest") == ("lo", "w", "est</w>")
 
 
-def test_bpe_incremental_counts_match_naive_recount():
+def test_fast_learner_matches_the_readable_one():
     corpus = [word_tokenize(s) for s in SENTENCES] * 3 + [["aaaa", "aaa", "abab", "baba"]] * 2
-    counts = Counter(w for toks in corpus for w in toks)
+    counts = word_counts(corpus)
     for num_merges, min_frequency in [(200, 2), (300, 1)]:
-        expected = _learn_naive(counts, num_merges, min_frequency)
-        bpe = BPE.learn(corpus, num_merges, min_frequency=min_frequency)
-        assert bpe.merges == expected
+        expected = learn_merges(counts, num_merges, min_frequency)
+        assert learn_merges_fast(counts, num_merges, min_frequency) == expected
+        assert BPE.learn(corpus, num_merges, min_frequency=min_frequency).merges == expected
+
+
+def test_fast_learner_matches_the_readable_one_on_multi30k():
+    """Real text, both languages: 200 sentences each, every merge down to frequency 1."""
+    sentences = []
+    for lang in ("en", "de"):
+        path = DATA_DIR / "multi30k" / f"train.{lang}.gz"
+        if not path.exists():
+            pytest.skip(f"Multi30K training data not found at {path} (set NUMPYTRANSFORMER_DATA)")
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            sentences += [next(f) for _ in range(200)]
+    counts = word_counts(sentences)
+    merges = learn_merges(counts, 250, min_frequency=1)
+    assert len(merges) == 250
+    assert learn_merges_fast(counts, 250, min_frequency=1) == merges
+
+
+def test_word_counts():
+    assert word_counts(["Ein Mann.", ["ein", "Mann"]], lowercase=True) == {"ein": 2, "mann": 2, ".": 1}
 
 
 def test_bpe_min_frequency_stops_early():
