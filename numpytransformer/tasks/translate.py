@@ -113,13 +113,15 @@ class TranslationTask(Task):
     def encode_src(self, text: str) -> np.ndarray:
         return np.array(self.src_vocab.encode(self.src_tok.tokenize(text)), dtype=np.int64)
 
+    def encode_tgt(self, text: str) -> np.ndarray:
+        return np.array(self.tgt_vocab.encode(self.tgt_tok.tokenize(text)), dtype=np.int64)
+
     def split_ids(self, split: str):
         """(source id arrays, target id arrays) of a split, cut to ``max_len``, encoded once."""
         if split not in self._ids:
             n = self.data.max_len
             src = [self.encode_src(a)[:n] for a, _ in self.pairs[split]]
-            tgt = [np.array(self.tgt_vocab.encode(self.tgt_tok.tokenize(b)), dtype=np.int64)[:n - 1]
-                   for _, b in self.pairs[split]]
+            tgt = [self.encode_tgt(b)[:n - 1] for _, b in self.pairs[split]]
             self._ids[split] = (src, tgt)
         return self._ids[split]
 
