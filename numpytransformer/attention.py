@@ -5,11 +5,13 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from .softmax import softmax
+
 __all__ = [
     "MASK_VALUE",
     "attention_forward",
     "attention_backward",
-    "softmax",
+    "softmax",  # from softmax.py, kept here for `from numpytransformer.attention import softmax`
     "padding_mask",
     "causal_mask",
 ]
@@ -30,15 +32,6 @@ class AttentionCache(NamedTuple):
     weights: np.ndarray
     mask: Optional[np.ndarray]
     scale: float
-
-
-def softmax(x: np.ndarray, axis: int = -1, out: Optional[np.ndarray] = None) -> np.ndarray:
-    """Numerically stable softmax: subtracting the row max changes nothing mathematically
-    and keeps ``exp`` from overflowing. Pass ``out=x`` to work in place."""
-    out = np.subtract(x, x.max(axis=axis, keepdims=True), out=out)
-    np.exp(out, out=out)
-    out /= out.sum(axis=axis, keepdims=True)
-    return out
 
 
 def padding_mask(ids: np.ndarray, pad_id: int) -> np.ndarray:

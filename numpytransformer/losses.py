@@ -5,6 +5,8 @@ from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from .softmax import log_softmax
+
 __all__ = ["softmax_cross_entropy_forward", "softmax_cross_entropy_backward", "cross_entropy"]
 
 
@@ -65,13 +67,10 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, pad_i
     valid = np.ones(t.shape, dtype=bool) if pad_id is None else t != pad_id
     n_valid = int(valid.sum())
 
-    shifted = z - z.max(axis=1, keepdims=True)  # (N, V), the max subtracted for stability
-    probs = np.exp(shifted)
-    sumexp = probs.sum(axis=1, keepdims=True)
-    probs /= sumexp
-    lse = np.log(sumexp)[:, 0]
-    nll = lse - shifted[np.arange(len(t)), t]  # -log p_y
-    smooth = lse - shifted.mean(axis=1)  # -mean_v log p_v
+    logp = log_softmax(z, axis=1)  # (N, V)
+    probs = np.exp(logp)
+    nll = -logp[np.arange(len(t)), t]  # -log p_y
+    smooth = -logp.mean(axis=1)  # -mean_v log p_v
     eps = label_smoothing
     rows = (1.0 - eps) * nll + eps * smooth
     loss = float(np.sum(rows[valid], dtype=np.float64) / n_valid) if n_valid else 0.0
