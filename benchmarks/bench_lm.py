@@ -1,0 +1,250 @@
+"""Character-level Tiny Shakespeare: our NumPy GPT beside a PyTorch reference, in one run.
+
+The reference is nanoGPT's published CPU recipe for ``shakespeare_char``, written here
+from its description (not copied): 4 layers, 4 heads, 128 wide, context 64, batch 12,
+2,000 iterations, no dropout; GPT-2 blocks (pre-LN, GELU MLP 4x, no biases), learned
+positions, tied output; AdamW (lr 1e-3, betas 0.9/0.99, weight decay 0.1 on matrices),
+100 warm-up iterations then a cosine decay to 1e-4, gradient clipping at 1.0.
+
+Our side is :class:`numpytransformer.lm.TransformerLM` trained the way ``train lm`` trains
+it: Adam (betas 0.9/0.98) with the Noam schedule and clipping, with a recipe of its own
+(``--np-*`` flags).
+
+Both train in the same process, in alternating slices of ``--slice`` seconds, so that the
+load of a shared machine falls on both alike; only training time is counted. Validation
+loss is measured the same way for both, at the end: the mean cross-entropy in nats per
+character over the whole validation split (the last 10% of input.txt) cut into
+non-overlapping windows of the model's context, every position predicted.
+
+Usage::
+
+    OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 python benchmarks/bench_lm.py \\
+        --np-iters 1500 --np-batch 24 --np-layers 4 ...
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from numpytransformer.config import TransformerConfig  # noqa: E402
+from numpytransformer.datasets.shakespeare import load_text, split_text  # noqa: E402
+from numpytransformer.lm import TransformerLM  # noqa: E402
+from numpytransformer.losses import cross_entropy  # noqa: E402
+from numpytransformer.optim import Adam, NoamSchedule, clip_grad_norm  # noqa: E402
+from numpytransformer.sampling import generate  # noqa: E402
+
+
+def random_windows(data: np.ndarray, block: int, batch: int, rng: np.random.Generator):
+    """``batch`` random windows of ``block + 1`` ids: inputs and the next ids."""
+    starts = rng.integers(0, len(data) - block - 1, size=batch)
+    w = np.stack([data[s:s + block + 1] for s in starts])  # (B, block+1)
+    return w[:, :-1], w[:, 1:]
+
+
+def val_windows(data: np.ndarray, block: int):
+    """Non-overlapping windows covering ``data``: (N, block) inputs and targets."""
+    n = (len(data) - 1) // block
+    x = data[:n * block].reshape(n, block)
+    y = data[1:n * block + 1].reshape(n, block)
+    return x, y
+
+
+# ---- the PyTorch reference ----------------------------------------------------------------
+def torch_side(args, train, val, vocab):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    D, H, L, T = 128, 4, 4, 64
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(D, bias=False)
+            self.qkv = nn.Linear(D, 3 * D, bias=False)
+            self.proj = nn.Linear(D, D, bias=False)
+            self.ln2 = nn.LayerNorm(D, bias=False)
+            self.fc = nn.Linear(D, 4 * D, bias=False)
+            self.fc_out = nn.Linear(4 * D, D, bias=False)
+
+        def forward(self, x):
+            B, Tx, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(B, Tx, 3, H, D // H).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D/H)
+            x = x + self.proj(a.transpose(1, 2).reshape(B, Tx, D))
+            return x + self.fc_out(F.gelu(self.fc(self.ln2(x))))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, D)
+            self.pos = nn.Embedding(T, D)
+            self.blocks = nn.ModuleList([Block() for _ in range(L)])
+            self.ln_f = nn.LayerNorm(D, bias=False)
+            for name, p in self.named_parameters():
+                if p.dim() == 2:  # GPT-2's initialisation; residual projections scaled by depth
+                    std = 0.02 / math.sqrt(2 * L) if name.endswith(("proj.weight", "fc_out.weight")) else 0.02
+                    nn.init.normal_(p, 0.0, std)
+
+        def forward(self, idx):
+            x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+            for b in self.blocks:
+                x = b(x)
+            return self.ln_f(x) @ self.tok.weight.T  # tied output projection
+
+    model = GPT()
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.99))
+    iters, warm, lr_max, lr_min = 2000, 100, 1e-3, 1e-4
+
+    def lr_at(it):
+        if it < warm:
+            return lr_max * (it + 1) / (warm + 1)
+        r = (it - warm) / (iters - warm)
+        return lr_min + 0.5 * (1 + math.cos(math.pi * r)) * (lr_max - lr_min)
+
+    rng = np.random.default_rng(args.seed + 1)
+    state = {"it": 0, "time": 0.0, "loss": float("nan")}
+
+    def step():
+        x, y = random_windows(train, T, 12, rng)
+        t0 = time.perf_counter()
+        for g in opt.param_groups:
+            g["lr"] = lr_at(state["it"])
+        logits = model(torch.from_numpy(x))
+        loss = F.cross_entropy(logits.reshape(-1, vocab), torch.from_numpy(y).reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        state["time"] += time.perf_counter() - t0
+        state["it"] += 1
+        state["loss"] = float(loss)
+        return state["it"] >= iters
+
+    def evaluate():
+        x, y = val_windows(val, T)
+        total = 0.0
+        with torch.no_grad():
+            for i in range(0, len(x), 64):
+                lg = model(torch.from_numpy(x[i:i + 64]))
+                total += float(F.cross_entropy(lg.reshape(-1, vocab), torch.from_numpy(y[i:i + 64]).reshape(-1),
+                                               reduction="sum"))
+        return total / y.size
+
+    return state, step, evaluate, {"tokens_per_iter": 12 * T, "iters": iters}
+
+
+# ---- our NumPy model ----------------------------------------------------------------------
+def numpy_side(args, train, val, vocab):
+    cfg = TransformerConfig(src_vocab_size=vocab, d_model=args.np_d, n_heads=args.np_heads, n_layers=args.np_layers,
+                            d_ff=args.np_ff, max_len=args.np_block, dropout=args.np_dropout, dtype="float32",
+                            seed=args.seed, norm_first=True, tie_embeddings=True, positions=args.np_positions)
+    model = TransformerLM(cfg).train()
+    params, grads = model.parameters(), model.gradients()
+    opt = Adam(params, lr=NoamSchedule(args.np_d, args.np_warmup, args.np_lr_factor))
+    rng = np.random.default_rng(args.seed + 2)
+    state = {"it": 0, "time": 0.0, "loss": float("nan")}
+
+    def step():
+        x, y = random_windows(train, args.np_block, args.np_batch, rng)
+        t0 = time.perf_counter()
+        loss, dlogits = cross_entropy(model.forward(x), y)
+        model.backward(dlogits)
+        clip_grad_norm(grads, 1.0)
+        opt.step(grads)
+        model.zero_grad()
+        state["time"] += time.perf_counter() - t0
+        state["it"] += 1
+        state["loss"] = float(loss)
+        return state["it"] >= args.np_iters or (args.np_seconds > 0 and state["time"] >= args.np_seconds)
+
+    def evaluate():
+        model.eval()
+        x, y = val_windows(val, args.np_block)
+        total = 0.0
+        for i in range(0, len(x), 64):
+            loss, _ = cross_entropy(model.forward(x[i:i + 64]), y[i:i + 64])
+            total += loss * y[i:i + 64].size
+        model.train()
+        return total / y.size
+
+    return state, step, evaluate, {"tokens_per_iter": args.np_batch * args.np_block, "iters": args.np_iters,
+                                   "model": model}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--slice", type=float, default=5.0, help="seconds of one side before switching")
+    p.add_argument("--sides", default="torch,numpy")
+    p.add_argument("--np-iters", type=int, default=2000)
+    p.add_argument("--np-seconds", type=float, default=0.0, help="stop our side after this much training (0: off)")
+    p.add_argument("--np-batch", type=int, default=12)
+    p.add_argument("--np-block", type=int, default=64)
+    p.add_argument("--np-d", type=int, default=128)
+    p.add_argument("--np-heads", type=int, default=4)
+    p.add_argument("--np-layers", type=int, default=4)
+    p.add_argument("--np-ff", type=int, default=512)
+    p.add_argument("--np-dropout", type=float, default=0.0)
+    p.add_argument("--np-positions", default="learned", choices=("learned", "sinusoidal"))
+    p.add_argument("--np-lr-factor", type=float, default=1.0)
+    p.add_argument("--np-warmup", type=int, default=100)
+    p.add_argument("--sample", type=int, default=300, help="characters sampled from our model at the end")
+    args = p.parse_args(argv)
+
+    text = load_text(args.data_dir)
+    chars = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    train_text, val_text = split_text(text)
+    train = np.array([stoi[c] for c in train_text], dtype=np.int64)
+    val = np.array([stoi[c] for c in val_text], dtype=np.int64)
+    print(f"# bench_lm {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} on {platform.node()} "
+          f"({os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}), threads {args.threads}, "
+          f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}")
+    print("# " + " ".join(sys.argv))
+    sides = {}
+    for name in args.sides.split(","):
+        make = torch_side if name == "torch" else numpy_side
+        sides[name] = make(args, train, val, len(chars))
+    running = dict(sides)
+    while running:  # alternate slices until every side has done its iterations
+        for name in list(running):
+            state, step, _, info = running[name]
+            end = time.perf_counter() + args.slice
+            done = False
+            while not done and time.perf_counter() < end:
+                done = step()
+            print(f"{name:6s} it {state['it']:5d}  train loss {state['loss']:.3f}  time {state['time']:6.1f} s",
+                  flush=True)
+            if done:
+                del running[name]
+    for name, (state, _, evaluate, info) in sides.items():
+        v = evaluate()
+        tok_s = state["it"] * info["tokens_per_iter"] / state["time"]
+        print(f"RESULT {name:6s} iters {state['it']}  train time {state['time']:.1f} s  tokens/s {tok_s:,.0f}  "
+              f"val loss {v:.4f} nats/char")
+    if "numpy" in sides and args.sample:
+        model = sides["numpy"][3]["model"].eval()
+        ids = generate(model, [stoi["\n"]], args.sample, temperature=0.8, top_k=40, seed=0)
+        print("SAMPLE numpy (temperature 0.8, top-k 40):\n" + "".join(chars[i] for i in ids))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""Language modelling: a GPT on Tiny Shakespeare, or on the embedded grammar corpus.
+
+The model reads a window of ``block_size`` tokens and predicts, at every position, the
+next token; batches are random windows of the training text (the first 90%), a fixed
+number of them per "epoch". The validation loss is the cross-entropy over the whole
+validation split (the last 10%) cut into non-overlapping windows, in nats per
+*character*: the loss summed over the predicted tokens divided by the characters they
+stand for. For characters that is the loss per token; for BPE tokens, which stand for
+about two characters each, it makes the two comparable. Perplexity is ``exp`` of it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from ..config import TransformerConfig
+from ..datasets.shakespeare import (BPETokenizer, CharTokenizer, load_corpus, split_text, text_digest,
+                                    tokenizer_from_dict)
+from ..errors import NumpyTransformerError
+from ..lm import TransformerLM
+from ..losses import cross_entropy
+from ..sampling import generate
+from ..settings import ModelSettings, check_fields, option
+from ..trainer import TrainConfig
+from .base import Task
+
+__all__ = ["LMData", "LanguageModelTask"]
+
+
+@dataclass
+class LMData:
+    """The text, its tokenization, and how training windows are drawn."""
+
+    corpus: str = option("shakespeare", "Tiny Shakespeare (tinyshakespeare/input.txt in the data folder), "
+                         "or the embedded grammar corpus (no download)", choices=("shakespeare", "embedded"))
+    tokenization: str = option("char", "characters, or the project's BPE (loss still reported per character)",
+                               choices=("char", "bpe"))
+    bpe_merges: int = option(500, "BPE merges", low=0, high=10 ** 5)
+    block_size: int = option(64, "context: tokens the model sees", low=2, high=4096)
+    batch_size: int = option(32, "windows in a batch", low=1, high=10 ** 5)
+    batches_per_epoch: int = option(250, "random batches between two validations", low=1, high=10 ** 7)
+    positions: str = option("learned", "learned positions (GPT), or the paper's sinusoids",
+                            choices=("learned", "sinusoidal"))
+    embedded_chars: int = option(60_000, "size of the embedded corpus in characters", low=1000, high=10 ** 8)
+
+    def __post_init__(self):
+        check_fields(self)
+
+
+#: What ``predict`` generates for each input line.
+PREDICT_TOKENS, PREDICT_TEMPERATURE, PREDICT_TOP_K = 300, 0.8, 40
+
+
+class LanguageModelTask(Task):
+    """A decoder-only Transformer that continues text, for the trainer and the command line."""
+
+    name = "lm"
+    Data = LMData
+    selection_metric = "neg_val_loss"
+    target_pad = None  # no padding: every next token counts
+    predict_command = "generate"
+    default_eval_n = 0
+    summary = "language model (GPT): Tiny Shakespeare or the embedded corpus, characters or BPE"
+
+    @classmethod
+    def recipe(cls, data: LMData):
+        model = ModelSettings(d_model=128, n_heads=4, n_layers=4, d_ff=512, dropout=0.0, norm="pre",
+                              tie_embeddings=True)
+        if data.corpus == "embedded":
+            return (ModelSettings(d_model=64, n_heads=4, n_layers=2, d_ff=256, dropout=0.0, norm="pre",
+                                  tie_embeddings=True),
+                    TrainConfig(epochs=4, lr_factor=0.5, warmup=50, label_smoothing=0.0, clip_norm=1.0,
+                                log_every=50, max_minutes=0))
+        return model, TrainConfig(epochs=40, lr_factor=0.6, warmup=100, label_smoothing=0.0, clip_norm=1.0,
+                                  log_every=50, max_minutes=9.5)
+
+    def __init__(self, data, model: ModelSettings, data_dir: Optional[str] = None, state: Optional[dict] = None):
+        self._texts = self._tokenizer = self._split_ids = None  # read when first needed
+        super().__init__(data, model, data_dir, state)
+
+    # ---- data ---------------------------------------------------------------------------
+    def _text(self):
+        if self._texts is None:
+            text = load_corpus(self.data.corpus, self.data_dir, self.data.embedded_chars)
+            self._texts = split_text(text)
+        return self._texts
+
+    def build_state(self) -> dict:
+        train, _ = self._text()
+        if self.data.tokenization == "char":
+            return {"tokenizer": CharTokenizer.learn(train).to_dict()}
+        return {"tokenizer": BPETokenizer.learn(train, self.data.bpe_merges).to_dict()}
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            self._tokenizer = tokenizer_from_dict(self.state.get("tokenizer"))
+        return self._tokenizer
+
+    def _ids(self):
+        if self._split_ids is None:
+            train, val = self._text()
+            self._split_ids = self.tokenizer.encode(train), self.tokenizer.encode(val)
+            if min(len(s) for s in self._split_ids) <= self.data.block_size:
+                raise NumpyTransformerError(f"--block-size {self.data.block_size} must be shorter than each split "
+                                            f"({len(self._split_ids[0])} and {len(self._split_ids[1])} tokens)")
+        return self._split_ids
+
+    def data_summary(self) -> dict:
+        train, val = self._text()
+        return {"corpus": self.data.corpus, "train_chars": len(train), "val_chars": len(val),
+                "sha256": text_digest(train + val)}
+
+    # ---- model and training ---------------------------------------------------------------
+    def model_config(self) -> TransformerConfig:
+        return TransformerConfig(src_vocab_size=len(self.tokenizer), max_len=self.data.block_size,
+                                 positions=self.data.positions, **self.model.config_fields())
+
+    def build_model(self):
+        return TransformerLM(self.model_config())
+
+    def train_batches(self, epoch: int) -> list:
+        """``batches_per_epoch`` arrays of ``batch_size`` random windows of ``block_size + 1`` ids."""
+        train, _ = self._ids()
+        d = self.data
+        rng = np.random.default_rng([self.model.seed, epoch])
+        starts = rng.integers(0, len(train) - d.block_size, size=(d.batches_per_epoch, d.batch_size))
+        offsets = np.arange(d.block_size + 1)
+        return [train[s[:, None] + offsets] for s in starts]
+
+    def batch_arrays(self, batch):
+        return (batch[:, :-1],), batch[:, 1:]
+
+    def val_loss(self, model, n: int = 0, seed: int = 0) -> Dict[str, float]:
+        """Loss per character over the validation split's non-overlapping windows (``n`` random ones if n > 0)."""
+        _, val = self._ids()
+        T = self.data.block_size
+        count = (len(val) - 1) // T
+        x = val[:count * T].reshape(count, T)
+        y = val[1:count * T + 1].reshape(count, T)
+        if 0 < n < count:
+            pick = np.sort(np.random.default_rng(seed).choice(count, n, replace=False))
+            x, y = x[pick], y[pick]
+        lengths = self.tokenizer.lengths
+        nats = 0.0
+        for i in range(0, len(x), 64):
+            logits = model.forward(x[i:i + 64]).astype(np.float64)
+            z = logits - logits.max(axis=-1, keepdims=True)
+            logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+            nats -= float(np.take_along_axis(logp, y[i:i + 64, :, None], axis=-1).sum())
+        chars = int(lengths[y].sum())
+        loss = nats / chars
+        return {"val_loss": loss, "neg_val_loss": -loss, "val_ppl": math.exp(loss), "val_bpc": loss / math.log(2),
+                "val_tokens": int(y.size), "val_chars": chars, "val_loss_per_token": nats / y.size}
+
+    def validate(self, model) -> Dict[str, float]:
+        return self.val_loss(model)
+
+    # ---- after training ------------------------------------------------------------------
+    def test_report(self, model) -> Dict[str, float]:
+        """The validation figures: Tiny Shakespeare has no third split (nor does nanoGPT use one)."""
+        model.eval()
+        return self.val_loss(model)
+
+    def evaluate(self, model, n: int, seed: int, beam: int = 1) -> Dict[str, float]:
+        """Validation loss in nats per character and perplexity, over ``n`` windows (0: all)."""
+        if beam != 1:
+            raise NumpyTransformerError("--beam must be 1 for the language model (it samples, it does not search)")
+        model.eval()
+        return self.val_loss(model, n, seed)
+
+    def encode_prompt(self, prompt: str) -> np.ndarray:
+        if not isinstance(prompt, str):
+            raise NumpyTransformerError(f"prompt must be a str, got {type(prompt).__name__}")
+        return self.tokenizer.encode(prompt if prompt else "\n")  # an empty prompt starts a new line
+
+    def generate(self, model, prompt: str, tokens: int, temperature: float = 1.0, top_k: Optional[int] = None,
+                 top_p: Optional[float] = None, seed: int = 0) -> str:
+        """The prompt followed by ``tokens`` sampled tokens, as text (see :func:`~numpytransformer.sampling.generate`)."""
+        ids = generate(model, self.encode_prompt(prompt), tokens, temperature, top_k, top_p, seed)
+        return prompt + self.tokenizer.decode(ids)
+
+    def predict(self, model, lines: Sequence[str], beam: int = 1) -> List[str]:
+        """Each line continued by 300 sampled tokens (temperature 0.8, top-k 40, seed 0)."""
+        if beam != 1:
+            raise NumpyTransformerError("--beam must be 1 for the language model (it samples, it does not search)")
+        return [self.generate(model, line, PREDICT_TOKENS, PREDICT_TEMPERATURE, PREDICT_TOP_K, None, 0)
+                for line in lines]
+
+    def attention(self, model, text: str):
+        """Self-attention maps of every layer over the (last ``block_size``) tokens of ``text``,
+        and the model's greedy guess of the next token after each position."""
+        ids = self.encode_prompt(text)[-self.data.block_size:]
+        model.eval()
+        logits = model.forward(ids[None])
+        labels = [self.tokenizer.decode([i]) for i in ids]
+        maps = {name: w[0] for name, w in model.attention_maps().items()}
+        guess = self.tokenizer.decode(logits[0].argmax(axis=-1))
+        return maps, {name: (labels, labels) for name in maps}, guess
+
+    def example_input(self) -> str:
+        return "ROMEO:" if self.data.corpus == "shakespeare" else "JULIET:"
