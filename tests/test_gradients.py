@@ -490,8 +490,9 @@ def test_source_pad_row_gets_zero_gradient_through_loss():
 
 
 def test_fused_qkv_equals_separate_projections():
-    """Self-attention multiplies by [W_q W_k W_v] at once; the plain form (a separate Q
-    projection and a K/V projection of the same x, as in cross-attention) must agree."""
+    """Self-attention multiplies by [W_q W_k W_v] at once; the cross-attention path (a separate
+    Q projection and a fused K/V one) given the same x twice must agree. The plain
+    three-projection form is compared in tests/test_multihead_plain.py."""
     r = _rng(40)
     x = r.standard_normal((2, 5, 8))
     params = _mha_params(8, 41)
