@@ -14,6 +14,11 @@ from .multihead import MultiHeadAttention
 __all__ = ["Residual", "EncoderLayer", "DecoderLayer"]
 
 
+def _with_memory(grads):
+    """``(dx, dmemory)`` from a sublayer's backward: ``dmemory`` is None unless it returned a pair."""
+    return grads if isinstance(grads, tuple) else (grads, None)
+
+
 class Residual(Module):
     """A sublayer connection: residual, dropout and LayerNorm around a sublayer.
 
@@ -23,7 +28,8 @@ class Residual(Module):
     without warm-up tricks.
 
     The sublayer is passed in as a function (forward) and its backward as a function,
-    because sublayers differ: cross-attention also reads the encoder's memory.
+    because sublayers differ: cross-attention also reads the encoder's memory, and its
+    backward returns ``(dx, dmemory)``.
     """
 
     def __init__(self, d_model: int, dropout: float, rng: np.random.Generator, norm_first: bool,
@@ -38,12 +44,21 @@ class Residual(Module):
             return x + self.drop(sublayer(self.norm(x)))
         return self.norm(x + self.drop(sublayer(x)))
 
-    def backward(self, dout: np.ndarray, sublayer_backward: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        """The residual branch and the sublayer branch each carry gradient; they add."""
-        if self.norm_first:
-            return dout + self.norm.backward(sublayer_backward(self.drop.backward(dout)))
-        d = self.norm.backward(dout)
-        return d + sublayer_backward(self.drop.backward(d))
+    def backward(self, dout: np.ndarray, sublayer_backward: Callable):
+        """The residual branch and the sublayer branch each carry gradient; they add.
+
+        Returns ``dx``, or ``(dx, dmemory)`` when ``sublayer_backward`` returns
+        ``(dx, dmemory)`` (cross-attention): the memory is not on the residual path,
+        so its gradient is handed back as it is.
+        """
+        if self.norm_first:  # out = x + drop(F(norm(x)))
+            dsub, dmemory = _with_memory(sublayer_backward(self.drop.backward(dout)))
+            dx = dout + self.norm.backward(dsub)
+        else:  # out = norm(x + drop(F(x)))
+            d = self.norm.backward(dout)
+            dsub, dmemory = _with_memory(sublayer_backward(self.drop.backward(d)))
+            dx = d + dsub
+        return dx if dmemory is None else (dx, dmemory)
 
 
 class EncoderLayer(Module):
@@ -81,7 +96,6 @@ class DecoderLayer(Module):
         self.sub1 = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
         self.sub2 = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
         self.sub3 = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
-        self._dmemory = None
 
     def forward(self, x: np.ndarray, memory: np.ndarray, self_mask: Optional[np.ndarray] = None,
                 memory_mask: Optional[np.ndarray] = None, kv_cache: Optional[dict] = None) -> np.ndarray:
@@ -97,15 +111,10 @@ class DecoderLayer(Module):
         x = self.sub2(x, lambda h: self.cross_attn(h, memory, mask=memory_mask, kv_cache=cross_cache))
         return self.sub3(x, self.ffn)
 
-    def _cross_backward(self, d: np.ndarray) -> np.ndarray:
-        dx, self._dmemory = self.cross_attn.backward(d)
-        return dx
-
     def backward(self, dout: np.ndarray):
         """Returns ``(dx, dmemory)``: the memory feeds every decoder layer, so the
         caller sums the ``dmemory`` of all layers."""
         d = self.sub3.backward(dout, self.ffn.backward)
-        d = self.sub2.backward(d, self._cross_backward)
+        d, dmemory = self.sub2.backward(d, self.cross_attn.backward)
         dx = self.sub1.backward(d, self.self_attn.backward)
-        dmemory, self._dmemory = self._dmemory, None
         return dx, dmemory

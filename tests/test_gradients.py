@@ -18,10 +18,10 @@ from numpytransformer.attention import attention_backward, attention_forward, ca
 from numpytransformer.dropout import Dropout, dropout_backward, dropout_forward
 from numpytransformer.embedding import embedding_backward, embedding_forward
 from numpytransformer.feedforward import FeedForward, ffn_backward, ffn_forward
-from numpytransformer.gradcheck import (ZERO_ATOL, check_module, check_pair, numerical_gradient_entries,
-                                        rel_error)
+from numpytransformer.gradcheck import (ZERO_ATOL, check_module, check_pair, numerical_gradient,
+                                        numerical_gradient_entries, rel_error)
 from numpytransformer.layernorm import LayerNorm, layernorm_backward, layernorm_forward
-from numpytransformer.layers import DecoderLayer, EncoderLayer
+from numpytransformer.layers import DecoderLayer, EncoderLayer, Residual
 from numpytransformer.linear import Linear, linear_backward, linear_forward
 from numpytransformer.losses import cross_entropy, softmax_cross_entropy_backward, softmax_cross_entropy_forward
 from numpytransformer.models import make_rngs
@@ -506,3 +506,25 @@ def test_fused_qkv_equals_separate_projections():
     np.testing.assert_allclose(gf[0], gp[0] + gp[1], rtol=0, atol=1e-13)  # dx = dx_q + dx_kv
     for a, b in zip(gf[2:], gp[2:]):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_residual_returns_the_memory_gradient_beside_dx(norm_first):
+    """Around cross-attention, ``Residual.backward`` returns ``(dx, dmemory)`` (no side channel);
+    both are checked against finite differences."""
+    r = _rng(50)
+    D, H = 6, 2
+    res = Residual(D, 0.0, r, norm_first, 1e-5, np.float64)
+    attn = MultiHeadAttention(D, H, r)
+    for name in PARAM_NAMES:
+        attn.params[name][...] = _mha_params(D, 51)[name]
+    x, memory = r.standard_normal((2, 3, D)), r.standard_normal((2, 4, D))
+    dout = r.standard_normal((2, 3, D))
+
+    def f(_):
+        return res(x, lambda h: attn(h, memory))
+
+    f(None)
+    dx, dmemory = res.backward(dout, attn.backward)
+    assert rel_error(dx, numerical_gradient(f, x, dout)) < SMOOTH_TOL
+    assert rel_error(dmemory, numerical_gradient(f, memory, dout)) < SMOOTH_TOL
