@@ -34,7 +34,9 @@ def global_norm(grads: Dict[str, np.ndarray]) -> float:
 
     Each tensor's sum of squares is taken in its own dtype, the total in float64.
     """
+    ### BEGIN SOLUTION 8.3: norm of all gradients; scale them all in place if norm > max_norm
     return float(np.sqrt(sum(float(np.vdot(g, g)) for g in grads.values())))
+    ### END SOLUTION
 
 
 def clip_grad_norm(grads: Dict[str, np.ndarray], max_norm: float) -> float:

@@ -11,9 +11,13 @@ Commands (run from the repository, or from a student edition's folder)::
     python -m numpytransformer.exercises list            # the exercises
     python -m numpytransformer.exercises build OUT_DIR   # the student edition, fences cut out
     python -m numpytransformer.exercises check [N]       # grade exercise N (4.2), lesson N (4), or all
+    python -m numpytransformer.exercises check --student DIR --json results.json   # a teacher grading
 
-The grader checks the ``numpytransformer`` package that Python imports, which is the
-one in the current directory when run as ``python -m`` from there.
+Without ``--student`` the grader checks its own package (a student checking their work).
+With it, the teacher's grader grades the student's folder: the student's functions run in
+a separate process (``probe.py``, loaded from the grader's install), and are judged in the
+grader's process, which never imports the student's code, against values from the
+grader's own library, with the measure and cases of ``trusted.py``.
 """
 from .catalog import BY_ID, EXERCISES, LESSONS, Exercise
 

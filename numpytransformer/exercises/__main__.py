@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -24,9 +25,18 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="print the exercises")
     b = sub.add_parser("build", help="copy the repository to OUT_DIR with every solution cut out")
     b.add_argument("out_dir", metavar="OUT_DIR", help="a new or empty directory")
-    c = sub.add_parser("check", help="grade exercises of the numpytransformer package in the current directory")
+    b.add_argument("--solved", metavar="IDS", default="",
+                   help="exercise ids whose solutions stay in, comma-separated (1.1,4.1)")
+    c = sub.add_parser("check", help="grade exercises (of this package, or of --student's)")
     c.add_argument("which", nargs="?", metavar="N",
                    help="an exercise id (4.2), a lesson number (4), or nothing for every exercise")
+    c.add_argument("--student", metavar="DIR",
+                   help="the student's folder (holding numpytransformer/): graded by this grader, with this "
+                        "library's reference values; default: this package's own folder")
+    c.add_argument("--json", nargs="?", const="results.json", metavar="PATH",
+                   help="also write a Gradescope-style results file (default PATH: results.json)")
+    c.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="seconds each exercise may take (default 60)")
     return p
 
 
@@ -47,42 +57,71 @@ def _select(which: Optional[str]):
 
 def _list() -> int:
     width = max(len(e.function) for e in EXERCISES)
-    print(f"{'id':<5} {'lesson':<6} {'function':<{width}}  file / what to write")
+    print(f"{'id':<5} {'lesson':<6} {'function':<{width}}  file / what to write / difficulty, time, points")
     for e in EXERCISES:
         print(f"{e.id:<5} {e.lesson:<6} {e.function:<{width}}  {e.file}")
         print(f"{'':<5} {'':<6} {'':<{width}}  {e.title}")
+        print(f"{'':<5} {'':<6} {'':<{width}}  {e.difficulty}, about {e.minutes} min, {e.points} points")
     print(f"\nCheck one with: {check_command('<id>')}  (or a lesson number, or nothing for all)")
     return 0
 
 
-def _build(out_dir: str) -> int:
+def _build(out_dir: str, solved: str) -> int:
     from .fences import BuildError, build_edition
 
     try:
-        fences = build_edition(out_dir)
+        fences = build_edition(out_dir, solved=solved)
     except BuildError as e:
         return _fail(str(e))
-    print(f"Built the student edition in {out_dir}: {len(fences)} fences cut out "
-          f"({len({f.id for f in fences})} exercises); see {out_dir}/EXERCISES.md")
+    kept = [i for i in solved.split(",") if i.strip()]
+    print(f"Built the student edition in {out_dir}: {len({f.id for f in fences}) - len(kept)} exercises cut out"
+          + (f", the solutions of {', '.join(kept)} released" if kept else "") + f"; see {out_dir}/EXERCISES.md")
     return 0
 
 
-def _check(which: Optional[str]) -> int:
+def _results_json(results, path: str) -> None:
+    """Gradescope's results.json: one test per exercise, its points all or nothing."""
+    tests = [{"name": f"{r.exercise_id} {BY_ID[r.exercise_id].function}", "number": r.exercise_id,
+              "score": BY_ID[r.exercise_id].points if r.status == "passed" else 0,
+              "max_score": BY_ID[r.exercise_id].points,
+              "status": "passed" if r.status == "passed" else "failed", "output": r.line} for r in results]
+    doc = {"score": sum(t["score"] for t in tests), "max_score": sum(t["max_score"] for t in tests),
+           "output": f"{sum(r.status == 'passed' for r in results)} of {len(results)} exercises passed",
+           "tests": tests}
+    Path(path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+
+
+def _check(which: Optional[str], student: Optional[str], json_path: Optional[str], timeout: Optional[float]) -> int:
     selected = _select(which)
     if selected is None:
         return _fail(f"N={which!r} is neither an exercise id nor a lesson with exercises; valid ids: "
                      f"{', '.join(BY_ID)}; lessons: {', '.join(map(str, LESSONS))}")
-    from .checks import run_check
+    if timeout is not None and not timeout > 0:
+        return _fail(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    own = Path(__file__).resolve().parent.parent
+    if student is None:
+        root = own.parent
+        print(f"Checking the numpytransformer package in {own}")
+    else:
+        root = Path(student).resolve()
+        if not (root / "numpytransformer" / "__init__.py").is_file():
+            return _fail(f"--student {student!r} holds no numpytransformer/__init__.py; give the student's folder")
+        print(f"Grading the numpytransformer package in {root / 'numpytransformer'} with the grader in {own}")
+    from .checks import DEFAULT_TIMEOUT, run_check
 
-    print(f"Checking the numpytransformer package in {Path(__file__).resolve().parent.parent}")
     results = []
     for e in selected:
-        result = run_check(e.id)
+        result = run_check(e.id, root, DEFAULT_TIMEOUT if timeout is None else timeout)
         results.append(result)
         print(result.line, flush=True)
     passed = sum(r.status == "passed" for r in results)
     if len(results) > 1:
-        print(f"{passed} of {len(results)} exercises passed")
+        points = sum(BY_ID[r.exercise_id].points for r in results if r.status == "passed")
+        print(f"{passed} of {len(results)} exercises passed "
+              f"({points} of {sum(BY_ID[r.exercise_id].points for r in results)} points)")
+    if json_path:
+        _results_json(results, json_path)
+        print(f"Wrote {json_path}")
     return 0 if passed == len(results) else 1
 
 
@@ -91,8 +130,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "list":
         return _list()
     if args.command == "build":
-        return _build(args.out_dir)
-    return _check(args.which)
+        return _build(args.out_dir, args.solved)
+    return _check(args.which, args.student, args.json, args.timeout)
 
 
 if __name__ == "__main__":

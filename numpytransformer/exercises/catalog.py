@@ -16,6 +16,10 @@ class Exercise(NamedTuple):
     function: str  # the function (or method) that holds the fence
     title: str  # what to compute, as in the fence
     needs: Tuple[str, ...] = ()  # exercises whose code this check also runs
+    section: str = ""  # where the lesson derives it, for the grader's hints ("lesson 6 §2")
+    difficulty: str = ""  # "easy", "medium" or "hard"
+    minutes: int = 0  # a fair time estimate for a student who has read the lesson
+    points: int = 0  # for a results.json (Gradescope's format)
 
     @property
     def lesson(self) -> int:
@@ -28,39 +32,50 @@ def check_command(exercise_id: str) -> str:
 
 EXERCISES: List[Exercise] = [
     Exercise("1.1", "numpytransformer/linear.py", "linear_backward",
-             "dx, dW and db of the affine map out = x W + b"),
+             "dx, dW and db of the affine map out = x W + b", (), "lesson 1 §2", "easy", 20, 5),
     Exercise("1.2", "numpytransformer/relu.py", "relu_backward",
-             "dx of ReLU, dout where x > 0 and 0 elsewhere"),
+             "dx of ReLU, dout where x > 0 and 0 elsewhere", (), "lesson 1 §4", "easy", 10, 3),
     Exercise("2.1", "numpytransformer/losses.py", "softmax_cross_entropy_backward",
-             "turn d (the softmax) into dloss * (p - q) / N, zero in pad rows"),
+             "turn d (the softmax) into dloss * (p - q) / N, zero in pad rows", (), "lesson 2 §4-5", "medium", 30, 8),
     Exercise("3.1", "numpytransformer/embedding.py", "embedding_backward",
-             "dW, the scaled scatter-add of dout into the rows named by ids, pad row zero"),
+             "dW, the scaled scatter-add of dout into the rows named by ids, pad row zero", (), "lesson 3 §2-4",
+             "medium", 25, 6),
     Exercise("3.2", "numpytransformer/positional.py", "sinusoidal_encoding",
-             "pe, the float64 (max_len, d_model) table: sines in even columns, cosines in odd ones"),
+             "pe, the float64 (max_len, d_model) table: sines in even columns, cosines in odd ones", (),
+             "lesson 3 §5", "easy", 20, 4),
     Exercise("4.1", "numpytransformer/attention.py", "attention_forward",
-             "scale, the masked softmax weights of q k^T * scale, and out = weights v"),
+             "scale, the masked softmax weights of q k^T * scale, and out = weights v", (), "lesson 4 §1-4",
+             "medium", 40, 8),
     Exercise("4.2", "numpytransformer/attention.py", "attention_backward",
-             "dq, dk and dv of scaled dot-product attention", ("4.1",)),
+             "dq, dk and dv of scaled dot-product attention", ("4.1",), "lesson 4 §6", "hard", 60, 12),
     Exercise("5.1", "numpytransformer/multihead.py", "split_heads, merge_heads",
-             "split_heads and merge_heads, between (B, T, D) and (B, H, T, D/H)"),
+             "split_heads and merge_heads, between (B, T, D) and (B, H, T, D/H)", (), "lesson 5 §2", "easy", 20, 4),
     Exercise("5.2", "numpytransformer/multihead.py", "multihead_attention_backward",
              "dx_q, dx_kv and the 8 parameter gradients, in reverse order of the forward",
-             ("1.1", "4.1", "4.2", "5.1")),
+             ("1.1", "4.1", "4.2", "5.1"), "lesson 5 §5", "hard", 60, 12),
     Exercise("6.1", "numpytransformer/layernorm.py", "layernorm_backward",
-             "dx, dgamma and dbeta of LayerNorm"),
+             "dx, dgamma and dbeta of LayerNorm", (), "lesson 6 §2", "hard", 50, 10),
     Exercise("6.2", "numpytransformer/feedforward.py", "ffn_backward",
-             "dx, dW1, db1, dW2 and db2, back through W2, the ReLU and W1", ("1.1", "1.2")),
+             "dx, dW1, db1, dW2 and db2, back through W2, the ReLU and W1", ("1.1", "1.2"), "lesson 6 §3",
+             "easy", 15, 4),
     Exercise("7.1", "numpytransformer/layers.py", "EncoderLayer.backward",
              "dx, back through the FFN sublayer, then the self-attention sublayer",
-             ("1.1", "1.2", "4.1", "4.2", "5.1", "5.2", "6.1", "6.2")),
+             ("1.1", "1.2", "4.1", "4.2", "5.1", "5.2", "6.1", "6.2"), "lesson 7 §1", "medium", 20, 5),
     Exercise("8.1", "numpytransformer/optim.py", "NoamSchedule.__call__",
-             "the learning rate: linear warm-up to a peak at step warmup, then 1/sqrt(step) decay"),
+             "the learning rate: linear warm-up to a peak at step warmup, then 1/sqrt(step) decay", (),
+             "lesson 8 §3", "easy", 10, 3),
     Exercise("8.2", "numpytransformer/optim.py", "Adam.step",
-             "update the moments self.m, self.v and every parameter in place, bias-corrected"),
-    Exercise("8.3", "numpytransformer/optim.py", "clip_grad_norm",
-             "norm of all gradients; scale them all in place if norm > max_norm"),
+             "update the moments self.m, self.v and every parameter in place, bias-corrected", (),
+             "lesson 8 §2", "medium", 30, 6),
+    Exercise("8.3", "numpytransformer/optim.py", "global_norm, clip_grad_norm",
+             "norm of all gradients; scale them all in place if norm > max_norm", (), "lesson 8 §4",
+             "easy", 15, 4),
     Exercise("10.1", "numpytransformer/bleu.py", "_segment_stats",
-             "correct[n-1] and total[n-1], clipped matches and hypothesis n-grams of each order n"),
+             "correct[n-1] and total[n-1], clipped matches and hypothesis n-grams of each order n", (),
+             "lesson 10 §4", "medium", 30, 6),
+    Exercise("12.1", "numpytransformer/positional.py", "learned_positional_backward",
+             "dx, and dP: each used row gets the batch sum of its dout, the others zero", (), "lesson 12",
+             "easy", 15, 4),
 ]
 
 BY_ID: Dict[str, Exercise] = {e.id: e for e in EXERCISES}

@@ -10,10 +10,25 @@ A fence sits inside a function body::
 the fence's indentation, ``raise NotImplementedError("Exercise 4.2: ... (lesson 4;
 check: python -m numpytransformer.exercises check 4.2)")``. The code after a fence
 (often the ``return`` that shows what the student must compute) stays.
+
+The lesson notebooks are fenced too. In a code cell::
+
+    ### BEGIN SOLUTION 8.2
+    ...code that restates the solution...
+    ### STUDENT EDITION
+    # ...what the student edition runs instead, written as comments...
+    ### END SOLUTION
+
+the fence becomes the commented lines, uncommented (or, without a ``### STUDENT EDITION``
+part, one comment saying which exercise the code was). In a markdown cell,
+``<!-- BEGIN SOLUTION 1.1 -->`` ... ``<!-- END SOLUTION -->`` becomes one sentence naming
+the exercise: the derivation and the equations stay, the code that restates them goes.
+``build --solved 1.1,4.1`` keeps chosen solutions, for a student who is stuck.
 """
 from __future__ import annotations
 
 import ast
+import json
 import re
 import shutil
 from pathlib import Path
@@ -22,13 +37,21 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 from .catalog import BY_ID, EXERCISES, check_command
 
 __all__ = ["Fence", "FenceError", "BuildError", "parse_fences", "library_fences", "placeholder",
-           "replace_fences", "enclosing_function", "build_edition", "exercises_markdown"]
+           "replace_fences", "enclosing_function", "build_edition", "exercises_markdown", "NotebookFence",
+           "notebook_fences", "cut_notebook", "keep_fences"]
 
 _BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION (?P<id>\d+\.\d+): (?P<title>\S.*?)\s*$")
 _END = re.compile(r"^(?P<indent>[ \t]*)### END SOLUTION\s*$")
 # Anything that looks like a marker, spelt right or not, so that a typo is an error
 # rather than a fence silently left in the student edition.
 _LOOSE = re.compile(r"^\s*#+\s*(BEGIN|END)\s+SOLUTION", re.IGNORECASE)
+# Notebook cells: code fences may omit the title; markdown fences are HTML comments.
+_NB_BEGIN = re.compile(r"^### BEGIN SOLUTION (?P<id>\d+\.\d+)(: .*)?\s*$")
+_NB_STUDENT = re.compile(r"^### STUDENT EDITION\s*$")
+_NB_END = re.compile(r"^### END SOLUTION\s*$")
+_MD_BEGIN = re.compile(r"^<!-- BEGIN SOLUTION (?P<id>\d+\.\d+) -->\s*$")
+_MD_END = re.compile(r"^<!-- END SOLUTION -->\s*$")
+_NB_LOOSE = re.compile(r"^\s*(#+|<!--)\s*((BEGIN|END)\s+SOLUTION|STUDENT\s+EDITION)", re.IGNORECASE)
 
 #: What the repository holds besides the package: copied into the edition when present.
 #: Besides the package and lessons/: what pip needs, and the measured sweeps that lesson 11 reads.
@@ -143,6 +166,88 @@ def enclosing_function(text: str, line: int) -> Optional[str]:
     return best
 
 
+class NotebookFence(NamedTuple):
+    id: str
+    path: str
+    cell: int  # index of the cell, from 0
+    begin: int  # line of the BEGIN marker in the cell's source, from 1
+    end: int  # line of the END marker
+    markdown: bool
+    student: Optional[int] = None  # line of "### STUDENT EDITION" (code cells), if any
+
+
+def _cell_source(cell) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def notebook_fences(nb: dict, path: str = "<notebook>") -> List[NotebookFence]:
+    """Every fence of a notebook (its JSON as a dict); :class:`FenceError` if any is malformed."""
+    fences = []
+    for c, cell in enumerate(nb.get("cells", [])):
+        markdown = cell.get("cell_type") == "markdown"
+        begin_re, end_re = (_MD_BEGIN, _MD_END) if markdown else (_NB_BEGIN, _NB_END)
+        open_, student = None, None
+        where = f"{path} cell {c}"
+        for n, line in enumerate(_cell_source(cell).splitlines(), start=1):
+            b, e = begin_re.match(line), end_re.match(line)
+            if b:
+                if open_ is not None:
+                    raise FenceError(f"{where} line {n}: BEGIN SOLUTION inside the fence opened at line {open_[1]}")
+                open_, student = (b["id"], n), None
+            elif e:
+                if open_ is None:
+                    raise FenceError(f"{where} line {n}: END SOLUTION without a BEGIN SOLUTION")
+                fences.append(NotebookFence(open_[0], path, c, open_[1], n, markdown, student))
+                open_ = None
+            elif not markdown and _NB_STUDENT.match(line) and open_ is not None and student is None:
+                student = n
+            elif _NB_LOOSE.match(line):
+                raise FenceError(f"{where} line {n}: malformed fence marker {line.strip()!r}")
+            elif student is not None and line.strip() and not line.startswith("#"):
+                raise FenceError(f"{where} line {n}: the STUDENT EDITION part of a fence is written as comments")
+        if open_ is not None:
+            raise FenceError(f"{where} line {open_[1]}: BEGIN SOLUTION {open_[0]} is never closed by END SOLUTION")
+    return fences
+
+
+def _notebook_placeholder(fence: NotebookFence) -> List[str]:
+    e = BY_ID.get(fence.id)
+    where = f"`{e.function}` in `{e.file}`" if e else "the library"
+    if fence.markdown:
+        return [f"*Turning this into NumPy is Exercise {fence.id} ({where}); "
+                f"check it with `{check_command(fence.id)}`.*"]
+    return [f"# Exercise {fence.id}: the code that stood here restates its solution; it is yours to write in "
+            f"{where.replace('`', '')}."]
+
+
+def cut_notebook(nb: dict, path: str = "<notebook>", keep=()) -> int:
+    """Cut the fences of ``nb`` (in place) except those of the exercises in ``keep``; returns how many were cut.
+
+    A kept fence loses its markers and its STUDENT EDITION part; a cut one becomes the
+    STUDENT EDITION code (uncommented) or a placeholder.
+    """
+    cut = 0
+    by_cell: Dict[int, List[NotebookFence]] = {}
+    for f in notebook_fences(nb, path):
+        by_cell.setdefault(f.cell, []).append(f)
+    for c, fences in by_cell.items():
+        cell = nb["cells"][c]
+        lines = _cell_source(cell).splitlines()
+        for f in sorted(fences, key=lambda f: f.begin, reverse=True):
+            if f.id in keep:
+                body = lines[f.begin:(f.student or f.end) - 1]
+            elif f.student is not None:
+                body = [ln[2:] if ln.startswith("# ") else ln[1:] for ln in lines[f.student:f.end - 1]]
+                cut += 1
+            else:
+                body = _notebook_placeholder(f)
+                cut += 1
+            lines[f.begin - 1:f.end] = body
+        cell["source"] = "\n".join(lines)
+    return cut
+
+
 def _check_against_catalog(fences: List[Fence]) -> None:
     found: Dict[str, List[Fence]] = {}
     for f in fences:
@@ -159,15 +264,40 @@ def _check_against_catalog(fences: List[Fence]) -> None:
                          "the full repository, not from a student edition")
 
 
-def build_edition(out_dir, pkg: Optional[Path] = None) -> List[Fence]:
-    """Copy the repository to ``out_dir`` with every fence cut out; returns the fences.
+def keep_fences(text: str, fences: Sequence[Fence]) -> str:
+    """``text`` with the marker lines of ``fences`` removed and their code kept (a released solution)."""
+    lines = text.splitlines(keepends=True)
+    for fence in sorted(fences, key=lambda f: f.begin, reverse=True):
+        del lines[fence.end - 1]
+        del lines[fence.begin - 1]
+    return "".join(lines)
 
-    Copies the package, ``lessons/`` and the files in ``_EXTRA_FILES`` that exist,
-    then writes ``EXERCISES.md``. ``out_dir`` must not exist or be empty.
+
+def _parse_solved(solved) -> List[str]:
+    ids = [s.strip() for s in (solved.split(",") if isinstance(solved, str) else solved or ()) if s.strip()]
+    unknown = [i for i in ids if i not in BY_ID]
+    if unknown:
+        raise BuildError(f"--solved {','.join(unknown)}: not an exercise id; valid ids: {', '.join(BY_ID)}")
+    return ids
+
+
+def _write_notebook(path: Path, nb: dict) -> None:
+    path.write_text(json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def build_edition(out_dir, pkg: Optional[Path] = None, solved=()) -> List[Fence]:
+    """Copy the repository to ``out_dir`` with every fence cut out; returns the library fences.
+
+    Copies the package, ``lessons/`` and the files in ``_EXTRA_FILES`` that exist, cuts
+    the fences of the library and of the notebooks (except those of ``solved``, a list
+    or a comma-separated string of exercise ids), stores the grader's reference values
+    (``exercises/reference.npz``, numbers computed by this library) and writes
+    ``EXERCISES.md``. ``out_dir`` must not exist or be empty.
     """
     pkg = package_dir() if pkg is None else Path(pkg).resolve()
     root = pkg.parent
     out = Path(out_dir)
+    keep = set(_parse_solved(solved))
     if out.exists() and not out.is_dir():
         raise BuildError(f"OUT_DIR {str(out)!r} is a file; give a new or empty directory")
     if out.exists() and any(out.iterdir()):
@@ -177,6 +307,11 @@ def build_edition(out_dir, pkg: Optional[Path] = None) -> List[Fence]:
             raise BuildError(f"OUT_DIR {str(out)!r} lies inside {inside}, which is copied; choose another place")
     try:
         fences = library_fences(pkg)
+        notebooks = {p: json.loads(p.read_text(encoding="utf-8")) for p in sorted((root / "lessons").glob("*.ipynb"))}
+        for p, nb in notebooks.items():
+            for f in notebook_fences(nb, p.name):
+                if f.id not in BY_ID:
+                    raise BuildError(f"{p.name} cell {f.cell}: fence {f.id} is not a known exercise")
     except FenceError as e:
         raise BuildError(f"malformed fence: {e}") from None
     _check_against_catalog(fences)
@@ -195,22 +330,34 @@ def build_edition(out_dir, pkg: Optional[Path] = None) -> List[Fence]:
         by_file.setdefault(f.path, []).append(f)
     for rel, file_fences in by_file.items():
         target = out / rel
-        text = replace_fences(target.read_text(encoding="utf-8"), file_fences)
+        text = target.read_text(encoding="utf-8")
+        text = keep_fences(text, [f for f in file_fences if f.id in keep])
+        text = replace_fences(text, parse_fences(text, rel))
         try:
             compile(text, str(target), "exec")
         except SyntaxError as e:
             raise BuildError(f"{rel}: the student version does not compile ({e.msg}, line {e.lineno})") from None
         target.write_text(text, encoding="utf-8")
-    (out / "EXERCISES.md").write_text(exercises_markdown(), encoding="utf-8")
+    for p, nb in notebooks.items():
+        cut_notebook(nb, p.name, keep)
+        _write_notebook(out / "lessons" / p.name, nb)
+    from .reference import write_reference_file  # the teacher's library computes what students are compared with
+
+    write_reference_file(out / pkg.name / "exercises" / "reference.npz", [e.id for e in EXERCISES])
+    (out / "EXERCISES.md").write_text(exercises_markdown(sorted(keep, key=list(BY_ID).index)), encoding="utf-8")
     return fences
 
 
-def exercises_markdown() -> str:
+def exercises_markdown(solved: Sequence[str] = ()) -> str:
     """EXERCISES.md of a student edition: the exercises and how a class works with them."""
     rows = "\n".join(
-        f"| {e.id} | {e.lesson} | `{e.file}` | `{e.function}` | {e.title} | "
-        f"{', '.join(e.needs) or '-'} | `{check_command(e.id)}` |"
+        f"| {e.id}{' (released)' if e.id in solved else ''} | {e.lesson} | `{e.file}` | `{e.function}` | {e.title} | {e.difficulty} | {e.minutes} min | "
+        f"{e.points} | {', '.join(e.needs) or '-'} | `{check_command(e.id)}` |"
         for e in EXERCISES)
+    total_points = sum(e.points for e in EXERCISES)
+    total_minutes = sum(e.minutes for e in EXERCISES)
+    released = (f"\nThe solutions of {', '.join(solved)} are released in this edition: their code is in place "
+                "and their checks pass.\n" if solved else "")
     return f"""# Exercises
 
 This is the student edition of numpytransformer. It is the whole library, except that
@@ -221,8 +368,10 @@ the {len(EXERCISES)} pieces of code listed below have been cut out: each one is 
 Your job is to replace each such line with code that computes what the message says.
 The lessons (`lessons/`) derive every formula you need, and the docstring of each
 function states its equation, its shapes and how its gradient was derived. Code after
-the `raise` line (often the `return`) stays: it shows the names you must define.
-
+the `raise` line (often the `return`) stays: it shows the names you must define. The
+lessons keep every derivation and equation; the few cells that restated a solution in
+code now say which exercise it is.
+{released}
 ## Working on an exercise
 
 Run every command from this folder (the one holding this file), so that Python finds
@@ -235,40 +384,55 @@ Run every command from this folder (the one holding this file), so that Python f
     python -m numpytransformer.exercises check 4     # every exercise of lesson 4
     python -m numpytransformer.exercises check       # all of them
 
-The checker runs your function through the same float64 finite-difference gradient
-checks and property tests as the library's test suite, and prints one line per exercise:
+In a notebook, the setup cell runs `%autoreload 2`, so a function you edit in a `.py`
+file is reloaded when you re-run a cell; if in doubt, restart the kernel.
+
+The checker runs your functions in a separate process, on its own test cases, and compares
+what they return with reference values: gradients with float64 finite differences, forward
+values and optimiser states with the library's. It prints one line per exercise:
 
     4.2 attention_backward ... passed (largest relative error 3.1e-11, tolerance 1e-7)
     4.2 attention_backward ... not yet implemented
     5.2 multihead_attention_backward ... not yet implemented (needs Exercise 4.2 first)
-    4.2 attention_backward ... FAILED: dk: relative error 2.3e-01 (tolerance 1e-5) [causal mask, ...]
+    4.2 attention_backward ... FAILED: dk: relative error 2.3e-01 (tolerance 1e-5) [causal mask, ...]; ...
 
-A FAILED line names the tensor that is wrong and by how much, and the case (shapes,
-mask) in which it went wrong. Tolerances: 1e-7 for smooth operations, 1e-5 near kinks
-(ReLU, masks), for whole layers and for the optimiser's steps (Adam, clipping), which
-are also checked in float32. "needs Exercise X first" means that the check also
-runs the code of exercise X (the "needs" column), which still raises NotImplementedError.
-The exit code is 0 only when every selected exercise passed, so a script can grade.
+A FAILED line names the tensor that is wrong, by how much, and the case (shapes, mask).
+Then comes what it knows: a property the lesson derives that your result breaks (rows of
+the cross-entropy gradient sum to zero; LayerNorm's dx is orthogonal to 1 and to x_hat;
+pad rows get no gradient ...) with the term that is most likely missing and the lesson
+section, or a simple relation to the right answer (transposed, sign flipped, off by a
+constant factor). Every failing tensor is listed, one per line. Tolerances: 1e-7 for
+smooth operations, 1e-5 near kinks (ReLU, masks), for whole layers and for the
+optimiser's steps. "needs Exercise X first" means that the check also runs the code of
+exercise X (the "needs" column), which still raises NotImplementedError. Each exercise
+has a time limit of a minute. The exit code is 0 only when every selected exercise passed.
 
 ## How a class uses it
 
 * The teacher builds this folder from the full repository with
-  `python -m numpytransformer.exercises build OUT_DIR` and hands it out.
+  `python -m numpytransformer.exercises build OUT_DIR` and hands it out
+  (`--solved 4.1,4.2` keeps chosen solutions, for a student stuck on them).
 * Students work through the lessons in order (`jupyter lab lessons/`). The notebooks
   call the library, so a lesson's cells that use an exercise's function fail with its
   NotImplementedError until the exercise is done; implement it, re-run the check, then
   re-run the notebook.
-* To grade, run `python -m numpytransformer.exercises check` in a student's folder
-  (or `check N` for one lesson's homework).
-* The checks are not secret: `numpytransformer/exercises/checks.py` is in this folder,
-  and a few of them compare with a plain reference (the sinusoid table, attention row
-  by row, textbook Adam, the Noam formula), as a visible unit test would. For work that
-  is marked, grade with the teacher's copy: put the full repository's
-  `numpytransformer/exercises/` over the student's before running `check`.
+* To grade, the teacher runs the grader of the full repository (from that repository,
+  not from the student's folder) on the student's folder:
+
+      python -m numpytransformer.exercises check --student PATH/TO/STUDENT --json results.json
+
+  It imports nothing from the student's folder into the grading process: the student's
+  functions run in a separate process, and are judged there by the teacher's copy with
+  reference values from the teacher's library. `--json` writes a Gradescope-style
+  `results.json` with points per exercise ({total_points} in all).
+* The checks in this folder (`numpytransformer/exercises/`) are the same code, with the
+  reference values stored as numbers (`reference.npz`): use them to check yourself.
 
 ## The exercises
 
-| id | lesson | file | function | what to write | needs | check |
-|----|--------|------|----------|---------------|-------|-------|
+About {total_minutes // 60} hours {total_minutes % 60} minutes of work in all, after reading the lessons.
+
+| id | lesson | file | function | what to write | difficulty | time | points | needs | check |
+|----|--------|------|----------|---------------|------------|------|--------|-------|-------|
 {rows}
 """

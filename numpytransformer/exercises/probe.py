@@ -1,0 +1,248 @@
+"""Run one exercise's functions on the trusted cases and record what they return.
+
+The grader runs this file by path, from its own install, in a separate process::
+
+    python -I probe.py STUDENT_ROOT EXERCISE_ID OUTPUTS.npz STATUS.json
+
+That process imports the student's ``numpytransformer`` (from STUDENT_ROOT) and nothing of
+the grader's but this file and ``trusted.py`` beside it. It only *records*: arrays go to
+an ``.npz`` (read back without pickle), how the run ended to a small JSON file. Every
+judgement is made afterwards in the grading process, which never imports the student's
+code, so whatever that code changes at import (NumPy, the grader's helpers, its own
+``gradcheck``) can change only its own answers.
+
+The grading process also calls :func:`collect` on its own library, to get the values
+the student's are compared with.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+try:
+    from . import trusted
+except ImportError:  # run by path: load trusted.py from beside this file, never from the student's tree
+    _spec = importlib.util.spec_from_file_location("_numpytransformer_grader_trusted",
+                                                   Path(__file__).resolve().parent / "trusted.py")
+    trusted = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(trusted)
+
+
+def put(out: dict, key: str, value) -> None:
+    """Store ``value`` as a plain array under ``key``; None and non-numbers leave a marker instead."""
+    if value is None:
+        out[key + "#none"] = np.array(True)
+        return
+    if isinstance(value, (tuple, list)) and not all(np.isscalar(v) for v in value):
+        out[key + "#type"] = np.array(f"a {type(value).__name__} of {len(value)}")
+        return
+    try:
+        a = np.asarray(value)
+    except Exception:  # something NumPy cannot make an array of
+        a = None
+    if a is None or a.dtype.kind not in "biuf":
+        out[key + "#type"] = np.array(type(value).__name__ if a is None else f"an array of dtype {a.dtype}")
+        return
+    out[key] = np.array(a, copy=True)
+
+
+def _copies(d: dict) -> dict:
+    return {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in d.items()}
+
+
+def probe_pair(lib, module: str, names, exercise_id: str) -> dict:
+    forward, backward = (getattr(lib(module), n) for n in names)
+    out = {}
+    for i, case in enumerate(trusted.pair_cases(exercise_id)):
+        y, cache = forward(**_copies(case.inputs), **_copies(case.static))
+        put(out, f"c{i}.out", y)
+        dout = trusted.rng(case.seed).standard_normal(np.shape(y))
+        fields = cache._asdict() if hasattr(cache, "_asdict") else {}
+        before = {k: v.copy() for k, v in fields.items() if isinstance(v, np.ndarray)}
+        grads = backward(dout.copy(), cache)
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        out[f"c{i}.count"] = np.array(len(grads))
+        for name, g in zip(case.wrt, grads):
+            put(out, f"c{i}.d{name}", g)
+        changed = [k for k, v in before.items() if not np.array_equal(v, fields[k], equal_nan=True)]
+        out[f"c{i}.cache_changed"] = np.array(", ".join(changed))
+    return out
+
+
+def probe_table(lib, module, names, exercise_id) -> dict:
+    sinusoidal_encoding = getattr(lib(module), names[0])
+    out = {}
+    for i, (max_len, d_model) in enumerate(trusted.TABLE_SIZES):
+        put(out, f"c{i}.pe", sinusoidal_encoding(max_len, d_model))
+        out[f"c{i}.dtype"] = np.array(str(np.asarray(out.get(f"c{i}.pe", 0)).dtype))
+    pe32 = sinusoidal_encoding(12, 8, np.float32)
+    put(out, "f32.pe", pe32)
+    out["f32.dtype"] = np.array(str(getattr(pe32, "dtype", type(pe32).__name__)))
+    return out
+
+
+def probe_attention(lib, module, names, exercise_id) -> dict:
+    attention_forward = getattr(lib(module), names[0])
+    out = {}
+    for i, (_, q, k, v, mask) in enumerate(trusted.attention_forward_cases()):
+        y, cache = attention_forward(q.copy(), k.copy(), v.copy(), mask)
+        put(out, f"c{i}.out", y)
+        put(out, f"c{i}.weights", getattr(cache, "weights", None))
+        put(out, f"c{i}.scale", getattr(cache, "scale", None))
+    q, k, v = (a[:1].astype(np.float32) for a in trusted.attention_qkv()[0][1:4])
+    y, cache = attention_forward(q, k, v, None)
+    out["f32.dtypes"] = np.array(f"{np.asarray(y).dtype} {np.asarray(getattr(cache, 'weights', y)).dtype}")
+    return out
+
+
+def probe_heads(lib, module, names, exercise_id) -> dict:
+    split_heads, merge_heads = (getattr(lib(module), n) for n in names)
+    out = {}
+    for i, (B, T, D, H) in enumerate(trusted.HEAD_SHAPES):
+        r = trusted.rng(i)
+        x, heads = r.standard_normal((B, T, D)), r.standard_normal((B, H, T, D // H))
+        put(out, f"c{i}.split", split_heads(x.copy(), H))
+        put(out, f"c{i}.merge", merge_heads(heads.copy()))
+        put(out, f"c{i}.roundtrip", merge_heads(split_heads(x.copy(), H)))
+    return out
+
+
+def probe_noam(lib, module, names, exercise_id) -> dict:
+    NoamSchedule = getattr(lib(module), names[0])
+    out = {}
+    for i, (d, w, f, steps) in enumerate(trusted.NOAM_CASES):
+        schedule = NoamSchedule(d, w, f)
+        put(out, f"c{i}.lr", [float(schedule(s)) for s in steps])
+    return out
+
+
+def probe_adam(lib, module, names, exercise_id) -> dict:
+    Adam = getattr(lib(module), names[0])
+    out = {}
+    for i, (_, dtype, lr, betas, eps, params, grads_per_step, _) in enumerate(trusted.adam_cases()):
+        live = {k: p.copy() for k, p in params.items()}
+        rate = (lambda t: 0.05 / t) if lr == "0.05/t" else lr
+        opt = Adam(dict(live), lr=rate, betas=betas, eps=eps)
+        for t, grads in enumerate(grads_per_step, start=1):
+            opt.step({k: g.copy() for k, g in grads.items()})
+            for k, p in live.items():
+                out[f"c{i}.t{t}.{k}.same"] = np.array(opt.params[k] is p)
+                put(out, f"c{i}.t{t}.{k}.p", p)
+                put(out, f"c{i}.t{t}.{k}.m", opt.m[k])
+                put(out, f"c{i}.t{t}.{k}.v", opt.v[k])
+    return out
+
+
+def probe_clip(lib, module, names, exercise_id) -> dict:
+    clip_grad_norm = getattr(lib(module), names[0])
+    grads, max_norms = trusted.clip_case()
+    out = {}
+    for i, max_norm in enumerate(max_norms):
+        live = {k: g.copy() for k, g in grads.items()}
+        held = dict(live)
+        put(out, f"c{i}.norm", clip_grad_norm(live, max_norm))
+        for k, g in held.items():
+            out[f"c{i}.{k}.same"] = np.array(live[k] is g)
+            put(out, f"c{i}.{k}", g)
+    return out
+
+
+def probe_bleu(lib, module, names, exercise_id) -> dict:
+    segment_stats, corpus_bleu, bleu_tokens = (getattr(lib(module), n) for n in names)
+    out = {}
+    for i, (hyp, refs, _, _) in enumerate(trusted.SEGMENTS):
+        stats = segment_stats(hyp.split(), [r.split() for r in refs], True)
+        put(out, f"s{i}.correct", list(stats[2]))
+        put(out, f"s{i}.total", list(stats[3]))
+    for i, (hyps, refs) in enumerate(trusted.CORPORA):
+        result = corpus_bleu(hyps, refs)
+        put(out, f"k{i}.score", result.score)
+        put(out, f"k{i}.precisions", list(result.precisions))
+        put(out, f"k{i}.tokens_score", bleu_tokens([h.split() for h in hyps], [r.split() for r in refs]).score)
+    return out
+
+
+def build_encoder_layer(lib, norm_first: bool):
+    """The library's EncoderLayer with the check's parameters, in training mode, and its input."""
+    spec = trusted.ENCODER_LAYER
+    init_rng, drop_rng = lib("models").make_rngs(spec["seed"])
+    layer = lib("layers").EncoderLayer(spec["d_model"], spec["n_heads"], spec["d_ff"], spec["dropout"], init_rng,
+                                       drop_rng, norm_first=norm_first).train()
+    params = layer.parameters()
+    for name, value in trusted.encoder_layer_params([(n, p.shape) for n, p in params.items()]).items():
+        params[name][...] = value
+    return layer
+
+
+def probe_encoder_layer(lib, module, names, exercise_id) -> dict:
+    out = {}
+    x, mask = trusted.encoder_layer_inputs()
+    for i, norm_first in enumerate((False, True)):
+        layer = build_encoder_layer(lib, norm_first)
+        y = layer.forward(x.copy(), mask)
+        put(out, f"c{i}.out", y)
+        layer.zero_grad()
+        dx = layer.backward(trusted.rng(trusted.ENCODER_LAYER["dout_seed"]).standard_normal(np.shape(y)))
+        put(out, f"c{i}.dx", dx)
+        for name, g in layer.gradients().items():
+            put(out, f"c{i}.d{name}", g)
+    return out
+
+
+PROBE_KINDS = {"pair": probe_pair, "table": probe_table, "attention": probe_attention, "heads": probe_heads,
+               "noam": probe_noam, "adam": probe_adam, "clip": probe_clip, "bleu": probe_bleu,
+               "encoder_layer": probe_encoder_layer}
+
+
+def collect(exercise_id: str, lib) -> dict:
+    """Every value the exercise's check judges, computed with ``lib(name)`` -> the module ``name``."""
+    kind, module, names = trusted.PROBES[exercise_id]
+    return PROBE_KINDS[kind](lib, module, names, exercise_id)
+
+
+def _load_package(root: Path):
+    """Import ``root/numpytransformer`` as ``numpytransformer``, whatever else is installed."""
+    pkg = root / "numpytransformer"
+    spec = importlib.util.spec_from_file_location("numpytransformer", pkg / "__init__.py",
+                                                  submodule_search_locations=[str(pkg)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["numpytransformer"] = module
+    sys.path.insert(0, str(root))
+    spec.loader.exec_module(module)
+    return module
+
+
+def _where(exc: BaseException, pkg: Path) -> str:
+    """``numpytransformer/file.py:line`` of the innermost frame in the student's package."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = Path(frame.filename).resolve()
+        if pkg in path.parents:
+            return f"{path.relative_to(pkg.parent).as_posix()}:{frame.lineno}"
+    return ""
+
+
+def main(argv) -> int:
+    root, exercise_id, outputs, status_path = Path(argv[0]).resolve(), argv[1], argv[2], argv[3]
+    status = {"status": "ok"}
+    arrays = {}
+    try:
+        _load_package(root)
+        arrays = collect(exercise_id, lambda name: importlib.import_module(f"numpytransformer.{name}"))
+    except NotImplementedError as e:
+        status = {"status": "not implemented", "message": str(e)}
+    except BaseException as e:  # the student's code raised: the grader reports it on one line
+        status = {"status": "error", "type": type(e).__name__, "message": " ".join(str(e).split())[:500],
+                  "where": _where(e, root / "numpytransformer")}
+    np.savez(outputs, **arrays)
+    Path(status_path).write_text(json.dumps(status), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
