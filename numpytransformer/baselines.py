@@ -27,6 +27,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
+from .optim import Adam
 from .text import Tokenizer, Vocab
 
 __all__ = ["SparseRows", "BowLogReg", "bow_features", "train_bow_logreg", "evaluate"]
@@ -130,10 +131,8 @@ def train_bow_logreg(train_texts: Sequence[str], train_labels, vocab_size: int =
     vocab = Vocab.build(token_lists, min_freq=min_freq, max_size=vocab_size)
     x = bow_features(train_texts, tokenizer, vocab)
     V = len(vocab)
-    params = [np.zeros(V), np.zeros(1)]  # w, b
-    m = [np.zeros_like(p) for p in params]
-    v = [np.zeros_like(p) for p in params]
-    beta1, beta2, eps, t = 0.9, 0.999, 1e-8, 0
+    params = {"w": np.zeros(V), "b": np.zeros(1)}
+    opt = Adam(params, lr=lr, betas=(0.9, 0.999), eps=1e-8)  # the library's Adam (exercise 8.2)
     rng = np.random.default_rng(seed)
     for epoch in range(epochs):
         order = rng.permutation(len(y))
@@ -141,22 +140,17 @@ def train_bow_logreg(train_texts: Sequence[str], train_labels, vocab_size: int =
         for start in range(0, len(y), batch_size):
             rows = order[start:start + batch_size]
             xb, yb = x.take(rows), y[rows]
-            w, b = params
+            w, b = params["w"], params["b"]
             rid = xb.row_ids()
             z = np.bincount(rid, weights=w[xb.indices] * xb.values, minlength=len(rows)) + b[0]
             p = _sigmoid(z)
             total += float(np.sum(np.logaddexp(0.0, z) - yb * z))  # BCE from the logits
             dz = (p - yb) / len(rows)
-            grads = [np.bincount(xb.indices, weights=dz[rid] * xb.values, minlength=V) + l2 * w,
-                     np.array([dz.sum()])]
-            t += 1
-            for k in range(2):
-                m[k] = beta1 * m[k] + (1 - beta1) * grads[k]
-                v[k] = beta2 * v[k] + (1 - beta2) * grads[k] ** 2
-                params[k] -= lr * (m[k] / (1 - beta1 ** t)) / (np.sqrt(v[k] / (1 - beta2 ** t)) + eps)
+            opt.step({"w": np.bincount(xb.indices, weights=dz[rid] * xb.values, minlength=V) + l2 * w,
+                      "b": np.array([dz.sum()])})
         if log is not None:
             log(f"epoch {epoch + 1}/{epochs}: train loss {total / len(y):.4f}")
-    return BowLogReg(tokenizer, vocab, params[0], float(params[1][0]))
+    return BowLogReg(tokenizer, vocab, params["w"], float(params["b"][0]))
 
 
 def evaluate(model: BowLogReg, texts: Sequence[str], labels) -> Dict[str, float]:

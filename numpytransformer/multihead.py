@@ -98,6 +98,7 @@ def plain_multihead_attention_backward(dout: np.ndarray, cache: PlainMHACache):
     dx_q, dx_kv (None for self-attention), dW_q, db_q, dW_k, db_k, dW_v, db_v, dW_o, db_o
     """
     q_cache, k_cache, v_cache, att_cache, out_cache, H, self_attention = cache
+    ### BEGIN SOLUTION 5.2: dx_q, dx_kv and the 8 parameter gradients, in reverse order of the forward
     dmerged, dW_o, db_o = linear_backward(dout, out_cache)
     dq, dk, dv = attention_backward(split_heads(dmerged, H), att_cache)  # 3 x (B, H, T or S, D/H)
     dx_q, dW_q, db_q = linear_backward(merge_heads(dq), q_cache)
@@ -106,6 +107,7 @@ def plain_multihead_attention_backward(dout: np.ndarray, cache: PlainMHACache):
     dx_kv = dx_k + dx_v
     if self_attention:
         dx_q, dx_kv = dx_q + dx_kv, None
+    ### END SOLUTION
     return dx_q, dx_kv, dW_q, db_q, dW_k, db_k, dW_v, db_v, dW_o, db_o
 
 

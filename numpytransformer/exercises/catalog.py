@@ -50,7 +50,7 @@ EXERCISES: List[Exercise] = [
              "dq, dk and dv of scaled dot-product attention", ("4.1",), "lesson 4 §6", "hard", 60, 12),
     Exercise("5.1", "numpytransformer/multihead.py", "split_heads, merge_heads",
              "split_heads and merge_heads, between (B, T, D) and (B, H, T, D/H)", (), "lesson 5 §2", "easy", 20, 4),
-    Exercise("5.2", "numpytransformer/multihead.py", "multihead_attention_backward",
+    Exercise("5.2", "numpytransformer/multihead.py", "plain_multihead_attention_backward, multihead_attention_backward",
              "dx_q, dx_kv and the 8 parameter gradients, in reverse order of the forward",
              ("1.1", "4.1", "4.2", "5.1"), "lesson 5 §5", "hard", 60, 12),
     Exercise("6.1", "numpytransformer/layernorm.py", "layernorm_backward",

@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional
 
 import numpy as np
 
-from . import reference, trusted
+from . import probe, reference, trusted
 from .catalog import BY_ID
 from .trusted import FULLY_MASKED, KINK_TOL, SMOOTH_TOL, VALUE_TOL, grad_error, rel_error
 
@@ -173,11 +173,11 @@ HINTS: Dict[str, Dict[str, str]] = {
 }
 
 
-def _pair_properties(g: Grader, eid: str, i: int, case: trusted.Case, got: dict) -> None:
+def _pair_properties(g: Grader, eid: str, pre: str, i: int, case: trusted.Case, got: dict) -> None:
     """The properties each lesson derives, checked on the student's own gradients."""
     name, sec = case.name, g.exercise.section
     if eid == "2.1":
-        d = got.get(f"c{i}.dlogits")
+        d = got.get(f"{pre}c{i}.dlogits")
         if d is None:
             return
         targets, pad_id = case.static["targets"], case.static["pad_id"]
@@ -189,29 +189,29 @@ def _pair_properties(g: Grader, eid: str, i: int, case: trusted.Case, got: dict)
                   f"distributions, so each row of p - q sums to 0; is q's eps/V term or its 1 - eps missing? ({sec})")
         g.require(np.all(d[~valid] == 0), f"dlogits is not zero in rows whose target is the pad id [{name}]: pad "
                                           f"targets are not in the loss, so they get no gradient ({sec})")
-        g.require(not _text(got, f"c{i}.cache_changed"),
-                  f"backward(..., inplace=False) changed the cache ({_text(got, f'c{i}.cache_changed')}) [{name}]; "
+        g.require(not _text(got, f"{pre}c{i}.cache_changed"),
+                  f"backward(..., inplace=False) changed the cache ({_text(got, f'{pre}c{i}.cache_changed')}) [{name}]; "
                   "work on d, which is then a copy")
     elif eid == "3.1":
-        d = got.get(f"c{i}.dW")
+        d = got.get(f"{pre}c{i}.dW")
         if d is not None and case.static["pad_id"] is not None:
             g.require(np.all(d[case.static["pad_id"]] == 0),
                       f"dW[pad_id] is not zero [{name}]: the pad row gets no gradient ({sec})")
     elif eid == "4.2":
-        dk, dq = got.get(f"c{i}.dk"), got.get(f"c{i}.dq")
+        dk, dq = got.get(f"{pre}c{i}.dk"), got.get(f"{pre}c{i}.dq")
         if dk is not None and dk.shape == case.inputs["k"].shape:
             s = np.abs(dk.sum(-2)).max()
             g.require(s < 1e-8 * max(1.0, np.abs(dk).max()),
                       f"dk summed over the keys is not 0 (largest {s:.1e}) [{name}]: each row of dS must sum to 0, "
                       f"as softmax ignores a shift of a whole row; is the -rowsum(dP * P) term missing? ({sec})")
-        if dq is not None and case.name.startswith(FULLY_MASKED):
+        if dq is not None and FULLY_MASKED in case.name:
             g.require(np.all(dq[0, :, 1] == 0), f"dq is not zero for the query that attends to nothing [{name}]: "
                                                 f"its output is the constant 0 (lesson 4 §6, 'Masks')")
     elif eid == "5.2" and case.static.get("x_kv", 0) is None:
-        g.require(f"c{i}.dNone#none" in got, f"dx_kv must be None in self-attention (its gradient is part of dx_q) "
+        g.require(f"{pre}c{i}.dNone#none" in got, f"dx_kv must be None in self-attention (its gradient is part of dx_q) "
                                              f"[{name}]")
     elif eid == "6.1" and case.static["eps"] == 0:
-        dx = got.get(f"c{i}.dx")
+        dx = got.get(f"{pre}c{i}.dx")
         if dx is None or dx.shape != case.inputs["x"].shape:
             return
         x = case.inputs["x"]
@@ -226,7 +226,7 @@ def _pair_properties(g: Grader, eid: str, i: int, case: trusted.Case, got: dict)
                             f"row changes nothing; is the -x_hat * mean(dx_hat * x_hat) term, the path through the "
                             f"variance, missing? ({sec})")
     elif eid == "12.1":
-        dP = got.get(f"c{i}.dP")
+        dP = got.get(f"{pre}c{i}.dP")
         if dP is not None and dP.shape == case.inputs["P"].shape:
             used = np.zeros(len(dP), bool)
             used[case.static["offset"]:case.static["offset"] + case.inputs["x"].shape[1]] = True
@@ -235,23 +235,27 @@ def _pair_properties(g: Grader, eid: str, i: int, case: trusted.Case, got: dict)
 
 def judge_pair(g: Grader, eid: str, got: dict, exp: dict) -> None:
     hints = HINTS.get(eid, {})
-    for i, case in enumerate(trusted.pair_cases(eid)):
-        count = int(got[f"c{i}.count"]) if f"c{i}.count" in got else -1
-        if count != len(case.wrt):
-            names = ", ".join("d" + n if n else "None" for n in case.wrt)
-            g.fail(f"backward returned {count} value(s), expected {len(case.wrt)}: {names} [{case.name}]")
-            continue
-        g.close(got, f"c{i}.out", "the forward's out", exp[f"c{i}.out"], 1e-10, case.name, relative=True,
-                hint="the forward is not the library's: it must stay as it was")
-        for name in case.wrt:
-            if name is None:
+    names = trusted.PROBES[eid][2]
+    for j in range(len(names) // 2):
+        pre = probe.pair_prefix(j)
+        for i, case in enumerate(trusted.pair_cases(eid)):
+            label = (f"{names[2 * j + 1]}, " if len(names) > 2 else "") + case.name
+            count = int(got[f"{pre}c{i}.count"]) if f"{pre}c{i}.count" in got else -1
+            if count != len(case.wrt):
+                wanted = ", ".join("d" + n if n else "None" for n in case.wrt)
+                g.fail(f"backward returned {count} value(s), expected {len(case.wrt)}: {wanted} [{label}]")
                 continue
-            key, hint = f"c{i}.d{name}", hints.get("d" + name, "")
-            if case.reference == "numeric":
-                g.gradient(got, key, "d" + name, exp[key], case.tol, case.name, hint)
-            else:
-                g.close(got, key, "d" + name, exp[key], case.tol, case.name, hint=hint)
-        _pair_properties(g, eid, i, case, got)
+            g.close(got, f"{pre}c{i}.out", "the forward's out", exp[f"{pre}c{i}.out"], 1e-10, label, relative=True,
+                    hint="the forward is not the library's: it must stay as it was")
+            for name in case.wrt:
+                if name is None:
+                    continue
+                key, hint = f"{pre}c{i}.d{name}", hints.get("d" + name, "")
+                if case.reference == "numeric":
+                    g.gradient(got, key, "d" + name, exp[key], case.tol, label, hint)
+                else:
+                    g.close(got, key, "d" + name, exp[key], case.tol, label, hint=hint)
+            _pair_properties(g, eid, pre, i, case._replace(name=label), got)
     if eid == "1.2":
         dx = got.get("c2.dx")
         if dx is not None and dx.shape == (4,):

@@ -56,22 +56,29 @@ def _copies(d: dict) -> dict:
     return {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in d.items()}
 
 
+def pair_prefix(j: int) -> str:
+    """Keys of the j-th (forward, backward) pair of an exercise: "", then "f1.", ..."""
+    return f"f{j}." if j else ""
+
+
 def probe_pair(lib, module: str, names, exercise_id: str) -> dict:
-    forward, backward = (getattr(lib(module), n) for n in names)
     out = {}
-    for i, case in enumerate(trusted.pair_cases(exercise_id)):
-        y, cache = forward(**_copies(case.inputs), **_copies(case.static))
-        put(out, f"c{i}.out", y)
-        dout = trusted.rng(case.seed).standard_normal(np.shape(y))
-        fields = cache._asdict() if hasattr(cache, "_asdict") else {}
-        before = {k: v.copy() for k, v in fields.items() if isinstance(v, np.ndarray)}
-        grads = backward(dout.copy(), cache)
-        grads = grads if isinstance(grads, tuple) else (grads,)
-        out[f"c{i}.count"] = np.array(len(grads))
-        for name, g in zip(case.wrt, grads):
-            put(out, f"c{i}.d{name}", g)
-        changed = [k for k, v in before.items() if not np.array_equal(v, fields[k], equal_nan=True)]
-        out[f"c{i}.cache_changed"] = np.array(", ".join(changed))
+    for j in range(len(names) // 2):
+        forward, backward = (getattr(lib(module), n) for n in names[2 * j:2 * j + 2])
+        pre = pair_prefix(j)
+        for i, case in enumerate(trusted.pair_cases(exercise_id)):
+            y, cache = forward(**_copies(case.inputs), **_copies(case.static))
+            put(out, f"{pre}c{i}.out", y)
+            dout = trusted.rng(case.seed).standard_normal(np.shape(y))
+            fields = cache._asdict() if hasattr(cache, "_asdict") else {}
+            before = {k: v.copy() for k, v in fields.items() if isinstance(v, np.ndarray)}
+            grads = backward(dout.copy(), cache)
+            grads = grads if isinstance(grads, tuple) else (grads,)
+            out[f"{pre}c{i}.count"] = np.array(len(grads))
+            for name, g in zip(case.wrt, grads):
+                put(out, f"{pre}c{i}.d{name}", g)
+            changed = [k for k, v in before.items() if not np.array_equal(v, fields[k], equal_nan=True)]
+            out[f"{pre}c{i}.cache_changed"] = np.array(", ".join(changed))
     return out
 
 

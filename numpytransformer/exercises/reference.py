@@ -27,17 +27,19 @@ def _lib(name: str):
 
 
 def _pair_gradients(exercise_id: str, values: dict) -> None:
-    forward = getattr(_lib(trusted.PROBES[exercise_id][1]), trusted.PROBES[exercise_id][2][0])
-    for i, case in enumerate(trusted.pair_cases(exercise_id)):
-        if case.reference != "numeric":
-            continue
-        inputs = {k: v.copy() for k, v in case.inputs.items()}
-        out, _ = forward(**inputs, **case.static)
-        dout = trusted.rng(case.seed).standard_normal(np.shape(out))
-        for name in case.wrt:
-            if name is not None:
-                values[f"c{i}.d{name}"] = trusted.numerical_gradient(
-                    lambda: forward(**inputs, **case.static)[0], inputs[name], dout)
+    _, module, names = trusted.PROBES[exercise_id]
+    for j in range(len(names) // 2):
+        forward, pre = getattr(_lib(module), names[2 * j]), probe.pair_prefix(j)
+        for i, case in enumerate(trusted.pair_cases(exercise_id)):
+            if case.reference != "numeric":
+                continue
+            inputs = {k: v.copy() for k, v in case.inputs.items()}
+            out, _ = forward(**inputs, **case.static)
+            dout = trusted.rng(case.seed).standard_normal(np.shape(out))
+            for name in case.wrt:
+                if name is not None:
+                    values[f"{pre}c{i}.d{name}"] = trusted.numerical_gradient(
+                        lambda: forward(**inputs, **case.static)[0], inputs[name], dout)
 
 
 def _encoder_layer_gradients(values: dict) -> None:

@@ -74,7 +74,7 @@ class Case(NamedTuple):
 
 
 # --------------------------------------------------------------------------- #
-# What each exercise calls: (probe kind, module, function names)
+# What each exercise calls: (probe kind, module, function names); a "pair" may name several pairs
 # --------------------------------------------------------------------------- #
 
 PROBES: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
@@ -86,7 +86,8 @@ PROBES: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
     "4.1": ("attention", "attention", ("attention_forward",)),
     "4.2": ("pair", "attention", ("attention_forward", "attention_backward")),
     "5.1": ("heads", "multihead", ("split_heads", "merge_heads")),
-    "5.2": ("pair", "multihead", ("multihead_attention_forward", "multihead_attention_backward")),
+    "5.2": ("pair", "multihead", ("plain_multihead_attention_forward", "plain_multihead_attention_backward",
+                                  "multihead_attention_forward", "multihead_attention_backward")),
     "6.1": ("pair", "layernorm", ("layernorm_forward", "layernorm_backward")),
     "6.2": ("pair", "feedforward", ("ffn_forward", "ffn_backward")),
     "7.1": ("encoder_layer", "layers", ("EncoderLayer",)),
