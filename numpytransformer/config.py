@@ -7,7 +7,35 @@ from typing import Optional
 
 import numpy as np
 
-__all__ = ["TransformerConfig"]
+from .errors import NumpyTransformerError
+from .validation import check_bool, check_int, check_real
+
+__all__ = ["TransformerConfig", "SIZE_LIMITS", "MAX_VALUES"]
+
+#: Upper bounds of the integer sizes, so that a typo (``max_len=10**12``) is an error,
+#: not an attempt to allocate terabytes. Far above anything this library trains.
+SIZE_LIMITS = {
+    "src_vocab_size": 10_000_000, "tgt_vocab_size": 10_000_000, "n_classes": 10_000_000,
+    "d_model": 65_536, "n_heads": 1_024, "d_ff": 1_048_576,
+    "n_layers": 1_000, "n_decoder_layers": 1_000, "max_len": 100_000,
+}
+
+#: At most this many numbers in a model (4 GB in float32); the paper's big model holds 213 million.
+MAX_VALUES = 1_000_000_000
+
+
+def _dtype_name(value) -> str:
+    """"float32"/"float64", ``np.dtype`` or ``np.float32``/``np.float64`` -> the name, so the config saves as JSON."""
+    if isinstance(value, str):
+        name = value
+    elif isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.floating)):
+        name = np.dtype(value).name
+    else:
+        name = None
+    if name not in ("float32", "float64"):
+        raise NumpyTransformerError(f"TransformerConfig.dtype must be 'float32' or 'float64' (or that np.dtype), "
+                                    f"got {value!r}")
+    return name
 
 
 @dataclass
@@ -16,6 +44,12 @@ class TransformerConfig:
 
     The defaults are small; the paper's base model is ``d_model=512, n_heads=8,
     n_layers=6, d_ff=2048, dropout=0.1``.
+
+    Every field is checked when the config is made, and a bad one is a
+    :class:`~numpytransformer.errors.NumpyTransformerError` naming it: sizes are
+    integers (not bools or floats) up to :data:`SIZE_LIMITS`, the whole model at most
+    :data:`MAX_VALUES` numbers, flags are real bools (not ``"no"`` or ``1``), floats
+    are finite and in range.
 
     Parameters
     ----------
@@ -36,6 +70,7 @@ class TransformerConfig:
     pad_id : int
         The padding token id of both vocabularies.
     dtype : "float32" or "float64"
+        ``np.dtype("float64")`` and ``np.float64`` are accepted and stored as the name.
     seed : int
         Seeds the initial weights and the dropout masks.
     norm_first : bool
@@ -46,6 +81,7 @@ class TransformerConfig:
     scale_embeddings : bool
         Multiply embeddings by ``sqrt(d_model)`` (section 3.4).
     layernorm_eps : float
+        In (0, 1].
     n_classes : int
         Classes of :class:`~numpytransformer.models.TransformerClassifier`.
     pooling : "mean" or "first"
@@ -76,36 +112,48 @@ class TransformerConfig:
     positions: str = "sinusoidal"
 
     def __post_init__(self) -> None:
+        # Every field is checked and normalised to a plain Python value, so a config
+        # that is accepted also saves as JSON and builds a model of a sane size.
         if self.tgt_vocab_size is None:
             self.tgt_vocab_size = self.src_vocab_size
         if self.n_decoder_layers is None:
             self.n_decoder_layers = self.n_layers
-        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "n_layers",
-                     "d_ff", "max_len", "n_decoder_layers", "n_classes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-                raise ValueError(f"TransformerConfig.{name} must be a positive integer, got {value!r}")
+        for name, high in SIZE_LIMITS.items():
+            setattr(self, name, check_int(getattr(self, name), f"TransformerConfig.{name}", 1, high))
         if self.d_model % self.n_heads != 0:
-            raise ValueError(
-                f"TransformerConfig.d_model={self.d_model} must be divisible by n_heads={self.n_heads}"
-            )
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
-                or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"TransformerConfig.dropout must be a number in [0, 1), got {self.dropout!r}")
-        if not isinstance(self.layernorm_eps, (int, float)) or not self.layernorm_eps > 0:
-            raise ValueError(f"TransformerConfig.layernorm_eps must be a positive number, got {self.layernorm_eps!r}")
-        if self.dtype not in ("float32", "float64"):
-            raise ValueError(f"TransformerConfig.dtype must be 'float32' or 'float64', got {self.dtype!r}")
-        if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, (int, np.integer)) \
-                or not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
-            raise ValueError(f"TransformerConfig.pad_id={self.pad_id!r} must be an id of both vocabularies, "
-                             f"in [0, {min(self.src_vocab_size, self.tgt_vocab_size)})")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-            raise ValueError(f"TransformerConfig.seed must be a non-negative integer, got {self.seed!r}")
-        if self.pooling not in ("mean", "first"):
-            raise ValueError(f"TransformerConfig.pooling must be 'mean' or 'first', got {self.pooling!r}")
-        if self.positions not in ("sinusoidal", "learned"):
-            raise ValueError(f"TransformerConfig.positions must be 'sinusoidal' or 'learned', got {self.positions!r}")
+            raise NumpyTransformerError(
+                f"TransformerConfig.d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        self.dropout = check_real(self.dropout, "TransformerConfig.dropout", 0.0, 1.0, high_open=True)
+        self.layernorm_eps = check_real(self.layernorm_eps, "TransformerConfig.layernorm_eps", 0.0, 1.0,
+                                        low_open=True)
+        for name in ("norm_first", "tie_embeddings", "scale_embeddings"):
+            setattr(self, name, check_bool(getattr(self, name), f"TransformerConfig.{name}"))
+        self.dtype = _dtype_name(self.dtype)
+        self.pad_id = check_int(self.pad_id, "TransformerConfig.pad_id", 0,
+                                min(self.src_vocab_size, self.tgt_vocab_size) - 1)
+        self.seed = check_int(self.seed, "TransformerConfig.seed", 0, 2 ** 63 - 1)
+        for name, allowed in (("pooling", ("mean", "first")), ("positions", ("sinusoidal", "learned"))):
+            value = getattr(self, name)
+            if not isinstance(value, str) or value not in allowed:
+                raise NumpyTransformerError(
+                    f"TransformerConfig.{name} must be {' or '.join(map(repr, allowed))}, got {value!r}")
+        n = self.num_values()
+        if n > MAX_VALUES:
+            raise NumpyTransformerError(
+                f"TransformerConfig describes about {n:,} weights and table entries ({n * self.np_dtype.itemsize / 2**30:.1f} "
+                f"GiB), more than the {MAX_VALUES:,} this library builds: check d_model, d_ff, the layer counts, "
+                "the vocabulary sizes and max_len")
+
+    def num_values(self) -> int:
+        """About how many numbers the model holds: weights, and each stack's (max_len, d_model) position table.
+
+        An estimate for the size check (biases and LayerNorm parameters are left out);
+        ``model.num_parameters()`` counts exactly.
+        """
+        D = self.d_model
+        embed = D * (self.src_vocab_size + 2 * self.tgt_vocab_size + self.n_classes + 2 * self.max_len)
+        per_layer = 4 * D * D + 2 * D * self.d_ff  # attention (q, k, v, o) and the FFN
+        return embed + self.n_layers * per_layer + self.n_decoder_layers * (per_layer + 4 * D * D)
 
     @property
     def np_dtype(self) -> np.dtype:
@@ -116,8 +164,13 @@ class TransformerConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "TransformerConfig":
+        """The inverse of :meth:`to_dict`; unknown or missing fields are a NumpyTransformerError."""
+        if not isinstance(d, dict):
+            raise NumpyTransformerError(f"a TransformerConfig must be read from a dict, got {type(d).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:
-            raise ValueError(f"unknown TransformerConfig fields: {sorted(unknown)}")
+            raise NumpyTransformerError(f"unknown TransformerConfig fields: {sorted(map(str, unknown))}")
+        if "src_vocab_size" not in d:
+            raise NumpyTransformerError("TransformerConfig field src_vocab_size is missing")
         return cls(**d)

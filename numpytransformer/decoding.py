@@ -11,7 +11,9 @@ from typing import List
 
 import numpy as np
 
+from .errors import NumpyTransformerError
 from .softmax import log_softmax
+from .validation import check_bool, check_int, check_real, inputs_checked
 
 __all__ = ["greedy_decode", "beam_search", "log_softmax"]  # log_softmax from softmax.py, kept importable here
 
@@ -48,6 +50,22 @@ def _strip(row: np.ndarray, eos_id: int) -> List[int]:
     return out
 
 
+def _check_args(model, max_len, bos_id, eos_id) -> tuple:
+    """The arguments both searches share; bad ones are a NumpyTransformerError naming them."""
+    from .models import Transformer  # here, not at the top: models.py is the lower layer
+
+    if not isinstance(model, Transformer):
+        raise NumpyTransformerError(f"model must be an encoder-decoder Transformer, got {type(model).__name__}")
+    max_len = check_int(max_len, "max_len", 1)
+    V, pad = model.cfg.tgt_vocab_size, model.cfg.pad_id
+    bos_id = check_int(bos_id, "bos_id", 0, V - 1)
+    eos_id = check_int(eos_id, "eos_id", 0, V - 1)
+    if eos_id in (bos_id, pad):
+        raise NumpyTransformerError(f"eos_id={eos_id} must differ from bos_id={bos_id} and the pad id {pad}, "
+                                    "which are never generated")
+    return max_len, bos_id, eos_id
+
+
 def greedy_decode(model, src: np.ndarray, max_len: int, bos_id: int = 1, eos_id: int = 2,
                   use_cache: bool = True) -> List[List[int]]:
     """Pick the most likely token at every step, for a whole batch at once.
@@ -57,7 +75,9 @@ def greedy_decode(model, src: np.ndarray, max_len: int, bos_id: int = 1, eos_id:
     model : Transformer (switched to eval mode while decoding, then restored)
     src : int ndarray (B, S), padded with the model's pad id
     max_len : int
-        Most tokens generated per sequence (EOS included).
+        Most tokens generated per sequence (EOS included); at most the config's ``max_len`` are.
+    bos_id, eos_id : int
+        Target-vocabulary ids; EOS differs from BOS and from the pad id.
     use_cache : bool
         Reuse the decoder's keys and values (fast), or recompute the prefix each step.
 
@@ -65,12 +85,15 @@ def greedy_decode(model, src: np.ndarray, max_len: int, bos_id: int = 1, eos_id:
     -------
     list of B token lists, without BOS and EOS.
     """
+    max_len, bos_id, eos_id = _check_args(model, max_len, bos_id, eos_id)
+    use_cache = check_bool(use_cache, "use_cache")
     with _eval_mode(model):
-        return _greedy(model, src, max_len, bos_id, eos_id, use_cache)
+        memory, src_mask = model.encode(src)  # checks src
+        with inputs_checked():  # the steps below reuse checked values: no check per step
+            return _greedy(model, memory, src_mask, max_len, bos_id, eos_id, use_cache)
 
 
-def _greedy(model, src, max_len, bos_id, eos_id, use_cache):
-    memory, src_mask = model.encode(src)
+def _greedy(model, memory, src_mask, max_len, bos_id, eos_id, use_cache):
     B = memory.shape[0]
     max_len = min(max_len, model.cfg.max_len)
     ys = np.full((B, 1), bos_id, dtype=np.int64)
@@ -78,9 +101,9 @@ def _greedy(model, src, max_len, bos_id, eos_id, use_cache):
     caches = [{} for _ in range(model.cfg.n_decoder_layers)]
     for t in range(max_len):
         if use_cache:
-            logits = model.decode_step(ys[:, -1:], memory, src_mask, caches, position=t)[:, -1]
+            logits = model._decode_step(ys[:, -1:], memory, src_mask, caches, position=t)[:, -1]
         else:
-            logits = model.decode(ys, memory, src_mask)[:, -1]  # (B, V), the last position only
+            logits = model._decode(ys, memory, src_mask)[:, -1]  # (B, V), the last position only
         _forbid(logits, model.cfg.pad_id, bos_id)
         nxt = np.where(done, eos_id, logits.argmax(axis=-1))
         ys = np.concatenate([ys, nxt[:, None]], axis=1)
@@ -101,18 +124,23 @@ def beam_search(model, src: np.ndarray, max_len: int, beam_size: int = 4, length
     outputs are not punished merely for having more terms; ``alpha=0`` picks the
     raw highest score.
 
+    ``beam_size`` is an integer in [1, 1000], ``length_penalty`` a finite number >= 0;
+    the other arguments are those of :func:`greedy_decode`.
+
     Returns
     -------
     list of B token lists, without BOS and EOS.
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    max_len, bos_id, eos_id = _check_args(model, max_len, bos_id, eos_id)
+    beam_size = check_int(beam_size, "beam_size", 1, 1000)
+    length_penalty = check_real(length_penalty, "length_penalty", 0.0)
     with _eval_mode(model):
-        return _beam(model, src, max_len, beam_size, length_penalty, bos_id, eos_id)
+        memory, src_mask = model.encode(src)  # checks src
+        with inputs_checked():
+            return _beam(model, memory, src_mask, max_len, beam_size, length_penalty, bos_id, eos_id)
 
 
-def _beam(model, src, max_len, K, length_penalty, bos_id, eos_id):
-    memory, src_mask = model.encode(src)
+def _beam(model, memory, src_mask, max_len, K, length_penalty, bos_id, eos_id):
     B = memory.shape[0]
     max_len = min(max_len, model.cfg.max_len)
     memory = np.repeat(memory, K, axis=0)  # (B*K, S, D): every beam reads its own sentence
@@ -124,7 +152,7 @@ def _beam(model, src, max_len, K, length_penalty, bos_id, eos_id):
     finished = np.zeros((B, K), dtype=bool)
     lengths = np.zeros((B, K), dtype=np.int64)
     for t in range(max_len):
-        logits = model.decode_step(seqs[:, :, -1].reshape(B * K, 1), memory, src_mask, caches, position=t)
+        logits = model._decode_step(seqs[:, :, -1].reshape(B * K, 1), memory, src_mask, caches, position=t)
         logp = log_softmax(_forbid(logits[:, -1].astype(np.float64), model.cfg.pad_id, bos_id))
         logp = logp.reshape(B, K, -1)  # (B, K, V)
         V = logp.shape[-1]

@@ -5,7 +5,9 @@ from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from .errors import NumpyTransformerError
 from .softmax import log_softmax
+from .validation import as_array, check_int, check_real
 
 __all__ = ["softmax_cross_entropy_forward", "softmax_cross_entropy_backward", "cross_entropy"]
 
@@ -40,11 +42,17 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, pad_i
     Parameters
     ----------
     logits : float ndarray, shape (..., V)
+        Finite, except that ``-inf`` may mark a class that is impossible (a masked
+        vocabulary entry): its probability is 0 and its gradient 0, as in PyTorch. The
+        pair assumes no NaN or ``+inf``, no ``-inf`` at a non-pad target, and no ``-inf``
+        in a non-pad row when ``label_smoothing > 0`` (each makes the loss infinite or
+        NaN); :func:`cross_entropy` checks all of this.
     targets : int ndarray, shape (...)
+        Assumed in ``[0, V)``.
     pad_id : int or None
         Targets equal to it contribute nothing. If every target is pad the loss is
         0 and the gradient is 0 (PyTorch would give NaN).
-    label_smoothing : float in [0, 1]
+    label_smoothing : float in [0, 1)
 
     Returns
     -------
@@ -52,27 +60,19 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, pad_i
     cache : CrossEntropyCache
     """
     V = logits.shape[-1]
-    targets = np.asarray(targets)
-    if targets.dtype.kind not in "iu":
-        raise TypeError(f"targets must be integer class ids, got dtype {targets.dtype}")
-    if targets.shape != logits.shape[:-1]:
-        raise ValueError(f"targets must have shape {logits.shape[:-1]} to match logits {logits.shape}, "
-                         f"got {targets.shape}")
-    if targets.size and (targets.min() < 0 or targets.max() >= V):
-        raise ValueError(f"targets must lie in [0, {V}), got values in [{targets.min()}, {targets.max()}]")
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
     z = logits.reshape(-1, V)  # (N, V)
-    t = targets.reshape(-1)
+    t = np.asarray(targets).reshape(-1)
     valid = np.ones(t.shape, dtype=bool) if pad_id is None else t != pad_id
     n_valid = int(valid.sum())
 
     logp = log_softmax(z, axis=1)  # (N, V)
     probs = np.exp(logp)
     nll = -logp[np.arange(len(t)), t]  # -log p_y
-    smooth = -logp.mean(axis=1)  # -mean_v log p_v
     eps = label_smoothing
-    rows = (1.0 - eps) * nll + eps * smooth
+    if eps:
+        rows = (1.0 - eps) * nll + eps * -logp.mean(axis=1)  # -mean_v log p_v is the smoothing term
+    else:
+        rows = nll  # not 0 * (-mean log p): a -inf logit makes that mean -inf, and 0 * inf is NaN
     loss = float(np.sum(rows[valid], dtype=np.float64) / n_valid) if n_valid else 0.0
     return loss, CrossEntropyCache(probs, t, valid, n_valid, eps, logits.shape)
 
@@ -108,7 +108,64 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray, pad_id: Optional[int]
                   label_smoothing: float = 0.0) -> Tuple[float, np.ndarray]:
     """Loss and gradient in one call: ``loss, dlogits = cross_entropy(logits, y, pad_id=0)``.
 
-    See :func:`softmax_cross_entropy_forward` for the definition.
+    See :func:`softmax_cross_entropy_forward` for the definition. This is the public
+    entry point, so it checks its arguments (the pair does not) and raises
+    :class:`~numpytransformer.errors.NumpyTransformerError` naming the bad one:
+    ``logits`` a float ndarray (..., V) without NaN or ``+inf``; ``targets`` integers of
+    shape (...) in ``[0, V)``; ``pad_id`` None or a class id; ``label_smoothing`` a
+    number in [0, 1).
+
+    A ``-inf`` logit is a class ruled out, and is allowed where the loss stays finite.
+    Where it is not, PyTorch's ``F.cross_entropy`` returns ``inf`` (a ``-inf`` logit at
+    a target, or anywhere in a row when ``label_smoothing > 0``, since smoothing gives
+    every class some probability) or NaN (a row of only ``-inf``); this function raises
+    instead, so that an infinite loss cannot pass for a diverged model.
     """
+    logits, targets, pad_id, label_smoothing = _check_cross_entropy_args(logits, targets, pad_id, label_smoothing)
     loss, cache = softmax_cross_entropy_forward(logits, targets, pad_id, label_smoothing)
     return loss, softmax_cross_entropy_backward(1.0, cache, inplace=True)
+
+
+def _check_cross_entropy_args(logits, targets, pad_id, label_smoothing):
+    """The checks of :func:`cross_entropy`, in one place; returns the arguments cleaned."""
+    if not isinstance(logits, np.ndarray) or logits.dtype.kind != "f":
+        what = f"dtype {logits.dtype}" if isinstance(logits, np.ndarray) else type(logits).__name__
+        raise NumpyTransformerError(f"logits must be a float ndarray of shape (..., V), got {what}")
+    if logits.ndim == 0 or logits.shape[-1] == 0:
+        raise NumpyTransformerError(f"logits must have a last axis of V >= 1 classes, got shape {logits.shape}")
+    V = logits.shape[-1]
+    label_smoothing = check_real(label_smoothing, "label_smoothing", 0.0, 1.0, high_open=True)
+    if pad_id is not None:
+        pad_id = check_int(pad_id, "pad_id", 0, V - 1)
+    targets = as_array(targets, "targets")
+    if targets.dtype.kind not in "iu":
+        raise NumpyTransformerError(f"targets must be integer class ids, got dtype {targets.dtype}")
+    if targets.shape != logits.shape[:-1]:
+        raise NumpyTransformerError(f"targets must have shape {logits.shape[:-1]} to match logits {logits.shape}, "
+                                    f"got {targets.shape}")
+    if not logits.size:
+        return logits, targets, pad_id, label_smoothing
+    if targets.min() < 0 or targets.max() >= V:
+        raise NumpyTransformerError(f"targets must lie in [0, {V}), got values in [{targets.min()}, {targets.max()}]")
+    # Two reductions, no temporary array: max is NaN if any element is, +inf if any is.
+    if not logits.max() < np.inf:
+        kind = "NaN" if np.isnan(logits).any() else "+inf"
+        raise NumpyTransformerError(f"logits hold {kind}: expected finite numbers (or -inf for a class ruled out)")
+    if logits.min() == -np.inf:
+        z = logits.reshape(-1, V)
+        t = targets.reshape(-1)
+        real = np.ones(t.shape, bool) if pad_id is None else t != pad_id
+        ruled_out = z == -np.inf
+        if ruled_out.all(axis=1).any():
+            row = int(np.argmax(ruled_out.all(axis=1)))
+            raise NumpyTransformerError(f"logits row {row} (flattened) is -inf at every class: its softmax is undefined")
+        at_target = real & ruled_out[np.arange(len(t)), t]
+        if at_target.any():
+            row = int(np.argmax(at_target))
+            raise NumpyTransformerError(f"logits are -inf at the target class {int(t[row])} of row {row} (flattened): "
+                                        "the loss would be infinite")
+        if label_smoothing and (ruled_out & real[:, None]).any():
+            raise NumpyTransformerError(f"logits hold -inf while label_smoothing={label_smoothing:g}: smoothing gives "
+                                        "every class some probability, so the loss would be infinite; "
+                                        "use label_smoothing=0 with -inf logits")
+    return logits, targets, pad_id, label_smoothing

@@ -16,7 +16,8 @@ from .module import Module, ModuleList
 from .multihead import MultiHeadAttention
 from .pooling import first_token_backward, first_token_forward, mean_pool_backward, mean_pool_forward
 from .positional import PositionalEncoding
-from .validation import check_ids, check_same_batch
+from .errors import NumpyTransformerError
+from .validation import check_float, check_ids, check_int, check_mask, check_same_batch, inputs_checked
 
 __all__ = ["Embedder", "Encoder", "Decoder", "OutputProjection", "Transformer",
            "TransformerTagger", "TransformerClassifier", "make_rngs"]
@@ -144,13 +145,25 @@ class OutputProjection(Module):
         return dh
 
 
+def _cached_keys(cache: dict, part: str, i: int) -> Optional[np.ndarray]:
+    """The keys (B, H, L, D/H) that layer ``i``'s ``part`` ("self" or "cross") attention has cached, or None."""
+    sub = cache.get(part)
+    if sub is None:
+        return None
+    keys = sub.get("k") if isinstance(sub, dict) else None
+    if not isinstance(sub, dict) or (keys is not None and (not isinstance(keys, np.ndarray) or keys.ndim != 4)):
+        raise NumpyTransformerError(f"kv_caches[{i}][{part!r}] is not a cache this model filled: "
+                                    "start from empty dicts and let decode_step fill them")
+    return keys
+
+
 class _Model(Module):
     """What the three models share: config, generators, checks of ``dlogits``."""
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         if not isinstance(cfg, TransformerConfig):
-            raise TypeError(f"cfg must be a TransformerConfig, got {type(cfg).__name__}")
+            raise NumpyTransformerError(f"cfg must be a TransformerConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         self.init_rng, self.rng = make_rngs(cfg.seed)
         self._out_shape = None
@@ -161,11 +174,12 @@ class _Model(Module):
                                "(or twice for one forward): run forward first")
         if not isinstance(dout, np.ndarray) or dout.shape != self._out_shape:
             shape = getattr(dout, "shape", type(dout).__name__)
-            raise ValueError(f"{name} must have the shape of the last forward's output {self._out_shape}, got {shape}")
+            raise NumpyTransformerError(f"{name} must have the shape of the last forward's output {self._out_shape}, "
+                                        f"got {shape}")
         if dout.dtype != self.cfg.np_dtype:
-            raise TypeError(f"{name} must be {self.cfg.dtype} like the model, got {dout.dtype}")
+            raise NumpyTransformerError(f"{name} must be {self.cfg.dtype} like the model, got {dout.dtype}")
         if not np.isfinite(dout).all():
-            raise ValueError(f"{name} holds NaN or infinite values (did the loss overflow?)")
+            raise NumpyTransformerError(f"{name} holds NaN or infinite values (did the loss overflow?)")
         self._out_shape = None
 
     def attention_maps(self) -> Dict[str, np.ndarray]:
@@ -191,41 +205,102 @@ class Transformer(_Model):
         tied = self.decoder.embedder.embed if cfg.tie_embeddings else None
         self.out = OutputProjection(cfg.d_model, cfg.tgt_vocab_size, self.init_rng, cfg.np_dtype, tied)
 
+    # Each public method checks its arguments once (NumpyTransformerError naming the bad
+    # one), then runs the unchecked private method inside inputs_checked(), where the
+    # modules skip their own checks.
     def encode(self, src) -> tuple:
         """src ids (B, S) -> (memory (B, S, D), src_mask (B, 1, 1, S))."""
-        src = check_ids(src, "src", self.cfg.src_vocab_size, self.cfg.max_len)
+        src = self._check_src(src)
+        with inputs_checked():
+            return self._encode(src)
+
+    def decode(self, tgt_in, memory: np.ndarray, src_mask: Optional[np.ndarray]) -> np.ndarray:
+        """tgt_in ids (B, T) and the encoder's memory (B, S, D) and src_mask -> logits (B, T, V).
+
+        ``src_mask`` is :meth:`encode`'s (B, 1, 1, S) bool mask, or any bool or 0/1 mask that
+        broadcasts to (B, H, T, S), or None (every source position visible).
+        """
+        tgt_in = check_ids(tgt_in, "tgt_in", self.cfg.tgt_vocab_size, self.cfg.max_len)
+        src_mask = self._check_memory(memory, src_mask, tgt_in, "tgt_in")
+        with inputs_checked():
+            return self._decode(tgt_in, memory, src_mask)
+
+    def decode_step(self, tokens, memory: np.ndarray, src_mask: Optional[np.ndarray], kv_caches: List[dict],
+                    position: int) -> np.ndarray:
+        """Inference: logits (B, 1, V) for the tokens (B, 1) at ``position``, reusing cached keys and values.
+
+        ``kv_caches`` starts as ``[{} for _ in range(n_decoder_layers)]`` and is filled as
+        decoding proceeds; ``position`` is the number of positions already in it (0 at the
+        first step). Equals ``decode`` of the whole prefix at that position.
+        """
+        tokens = check_ids(tokens, "tokens", self.cfg.tgt_vocab_size, length=1)
+        src_mask = self._check_memory(memory, src_mask, tokens, "tokens")
+        position = self._check_kv_caches(kv_caches, position, tokens.shape[0], memory.shape[1])
+        with inputs_checked():
+            return self._decode_step(tokens, memory, src_mask, kv_caches, position)
+
+    def forward(self, src, tgt_in) -> np.ndarray:
+        """Teacher-forced forward: src (B, S), tgt_in (B, T) int ids -> logits (B, T, V)."""
+        src = self._check_src(src)
+        tgt_in = check_ids(tgt_in, "tgt_in", self.cfg.tgt_vocab_size, self.cfg.max_len)
+        check_same_batch(src, "src", tgt_in, "tgt_in")
+        with inputs_checked():
+            logits = self._decode(tgt_in, *self._encode(src))
+        self._out_shape = logits.shape  # backward may now run
+        return logits
+
+    def _encode(self, src: np.ndarray) -> tuple:
         src_mask = padding_mask(src, self.cfg.pad_id)
         self._out_shape = None  # the caches now belong to this call: no backward for an earlier forward
         return self.encoder(src, src_mask), src_mask
 
-    def decode(self, tgt_in, memory: np.ndarray, src_mask: np.ndarray) -> np.ndarray:
-        """tgt_in ids (B, T) and the encoder's memory -> logits (B, T, V)."""
-        tgt_in = check_ids(tgt_in, "tgt_in", self.cfg.tgt_vocab_size, self.cfg.max_len)
-        check_same_batch(memory, "src", tgt_in, "tgt_in")
+    def _decode(self, tgt_in: np.ndarray, memory: np.ndarray, src_mask: Optional[np.ndarray]) -> np.ndarray:
         T = tgt_in.shape[1]
         self_mask = causal_mask(T) & padding_mask(tgt_in, self.cfg.pad_id)  # (B, 1, T, T)
         self._out_shape = None
         return self.out(self.decoder(tgt_in, memory, src_mask, self_mask))
 
-    def decode_step(self, tokens, memory: np.ndarray, src_mask: np.ndarray, kv_caches: List[dict],
-                    position: int) -> np.ndarray:
-        """Inference: logits (B, 1, V) for the tokens (B, 1) at ``position``, reusing cached keys and values.
-
-        ``kv_caches`` starts as ``[{} for _ in range(n_decoder_layers)]`` and is filled as
-        decoding proceeds. Equals ``decode`` of the whole prefix at that position.
-        """
-        tokens = check_ids(tokens, "tokens", self.cfg.tgt_vocab_size)
-        if position + tokens.shape[1] > self.cfg.max_len:
-            raise ValueError(f"position {position} is past max_len={self.cfg.max_len} of the model's config")
+    def _decode_step(self, tokens, memory, src_mask, kv_caches, position: int) -> np.ndarray:
         self._out_shape = None
         return self.out(self.decoder(tokens, memory, src_mask, None, kv_caches, position))
 
-    def forward(self, src, tgt_in) -> np.ndarray:
-        """Teacher-forced forward: src (B, S), tgt_in (B, T) int ids -> logits (B, T, V)."""
-        memory, src_mask = self.encode(src)  # encode and decode check the ids and batch sizes
-        logits = self.decode(tgt_in, memory, src_mask)
-        self._out_shape = logits.shape  # backward may now run
-        return logits
+    # ---- the checks of the public methods ----------------------------------------------------
+    def _check_src(self, src) -> np.ndarray:
+        return check_ids(src, "src", self.cfg.src_vocab_size, self.cfg.max_len)
+
+    def _check_memory(self, memory, src_mask, ids: np.ndarray, ids_name: str) -> Optional[np.ndarray]:
+        """memory (B, S, D) of the model's dtype, finite; src_mask broadcastable to (B, H, T, S), as bool."""
+        check_float(memory, "memory", self.cfg.np_dtype, shape=(None, None, self.cfg.d_model))
+        check_same_batch(memory, "memory", ids, ids_name)
+        B, S, _ = memory.shape
+        if S == 0:
+            raise NumpyTransformerError(f"memory must hold at least one source position, got shape {memory.shape}")
+        if src_mask is None:
+            return None
+        return check_mask(src_mask, "src_mask", (B, self.cfg.n_heads, ids.shape[1], S))
+
+    def _check_kv_caches(self, kv_caches, position, B: int, S: int) -> int:
+        """One dict per decoder layer, holding as many positions as ``position`` says, for this batch."""
+        n = self.cfg.n_decoder_layers
+        if not isinstance(kv_caches, (list, tuple)) or len(kv_caches) != n \
+                or not all(isinstance(c, dict) for c in kv_caches):
+            got = f"{len(kv_caches)} items" if isinstance(kv_caches, (list, tuple)) else type(kv_caches).__name__
+            raise NumpyTransformerError(f"kv_caches must be a list of {n} dicts, one per decoder layer "
+                                        f"(start with [{{}} for _ in range({n})]), got {got}")
+        position = check_int(position, "position", 0, self.cfg.max_len - 1)
+        for i, cache in enumerate(kv_caches):
+            keys = _cached_keys(cache, "self", i)
+            held = 0 if keys is None else keys.shape[2]
+            if held != position:
+                raise NumpyTransformerError(f"position must be {held}, the number of positions already in "
+                                            f"kv_caches[{i}], got {position}")
+            if keys is not None and keys.shape[0] != B:
+                raise NumpyTransformerError(f"kv_caches[{i}] holds a batch of {keys.shape[0]}, but tokens has {B} rows")
+            cross = _cached_keys(cache, "cross", i)
+            if cross is not None and (cross.shape[0], cross.shape[2]) != (B, S):
+                raise NumpyTransformerError(f"kv_caches[{i}] holds the keys of a memory with {cross.shape[0]} rows and "
+                                            f"{cross.shape[2]} positions, not of this memory ({B}, {S})")
+        return position
 
     def backward(self, dlogits: np.ndarray) -> None:
         """Backpropagate ``dL/dlogits`` through the whole model, accumulating every gradient."""
@@ -248,8 +323,10 @@ class TransformerTagger(_Model):
         self.out = Linear(cfg.d_model, cfg.tgt_vocab_size, self.init_rng, cfg.np_dtype)
 
     def forward(self, x) -> np.ndarray:
+        """x: ids (B, T) -> logits (B, T, tgt_vocab_size)."""
         x = check_ids(x, "x", self.cfg.src_vocab_size, self.cfg.max_len)
-        logits = self.out(self.encoder(x, padding_mask(x, self.cfg.pad_id)))
+        with inputs_checked():
+            logits = self.out(self.encoder(x, padding_mask(x, self.cfg.pad_id)))
         self._out_shape = logits.shape
         return logits
 
@@ -271,12 +348,13 @@ class TransformerClassifier(_Model):
     def forward(self, x) -> np.ndarray:
         """x: ids (B, T) -> logits (B, n_classes)."""
         x = check_ids(x, "x", self.cfg.src_vocab_size, self.cfg.max_len)
-        h = self.encoder(x, padding_mask(x, self.cfg.pad_id))  # (B, T, D)
-        if self.cfg.pooling == "mean":
-            pooled, self._pool_cache = mean_pool_forward(h, x != self.cfg.pad_id)
-        else:
-            pooled, self._pool_cache = first_token_forward(h)
-        logits = self.out(pooled)
+        with inputs_checked():
+            h = self.encoder(x, padding_mask(x, self.cfg.pad_id))  # (B, T, D)
+            if self.cfg.pooling == "mean":
+                pooled, self._pool_cache = mean_pool_forward(h, x != self.cfg.pad_id)
+            else:
+                pooled, self._pool_cache = first_token_forward(h)
+            logits = self.out(pooled)
         self._out_shape = logits.shape
         return logits
 
