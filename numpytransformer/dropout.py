@@ -6,6 +6,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from .module import Module
+from .validation import check_float, check_real, needs_checks
 
 __all__ = ["dropout_forward", "dropout_backward", "Dropout"]
 
@@ -22,6 +23,8 @@ def dropout_forward(x: np.ndarray, p: float, rng: Optional[np.random.Generator] 
 
     Scaling at training time ("inverted" dropout) keeps :math:`E[\\text{out}] = x`, so
     evaluation is the identity. Pass ``mask`` to reuse a fixed mask (gradient checks).
+
+    Assumes a float ``x`` and, when given, a ``mask`` of its shape (:class:`Dropout` checks ``x``).
 
     Returns
     -------
@@ -50,12 +53,12 @@ class Dropout(Module):
 
     def __init__(self, p: float, rng: np.random.Generator):
         super().__init__()
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"dropout p must be in [0, 1), got {p}")
-        self.p = p
+        self.p = check_real(p, "dropout p", 0.0, 1.0, high_open=True)
         self.rng = rng
 
     def forward(self, x):
+        if needs_checks():  # False inside a model, which has checked its own inputs
+            check_float(x, "x", min_ndim=0)
         out, self._cache = dropout_forward(x, self.p, self.rng, self.training)
         return out
 

@@ -6,6 +6,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from .module import Module
+from .validation import check_ids, needs_checks
 
 __all__ = ["embedding_forward", "embedding_backward", "Embedding"]
 
@@ -28,6 +29,8 @@ def embedding_forward(ids: np.ndarray, W: np.ndarray, scale: float = 1.0, pad_id
     Parameters
     ----------
     ids : int ndarray, shape (B, T)
+        Assumed in ``[0, V)``: NumPy would read id ``-1`` as the last row, silently
+        (:class:`Embedding` checks).
     W : ndarray, shape (V, D)
     scale : float
     pad_id : int or None
@@ -89,6 +92,9 @@ class Embedding(Module):
         self.pad_id = pad_id
 
     def forward(self, ids: np.ndarray) -> np.ndarray:
+        """ids: ints in [0, V), any shape (...) -> (..., D)."""
+        if needs_checks():  # False inside a model, which has checked its own inputs
+            ids = check_ids(ids, "ids", self.params["W"].shape[0], ndim=None)
         out, self._cache = embedding_forward(ids, self.params["W"], self.scale, self.pad_id)
         return out
 

@@ -7,6 +7,7 @@ import numpy as np
 
 from .linear import LinearCache, linear_backward, linear_forward, xavier_uniform
 from .module import Module
+from .validation import check_float, needs_checks
 from .relu import ReLUCache, relu_backward, relu_forward
 
 __all__ = ["ffn_forward", "ffn_backward", "FeedForward"]
@@ -26,6 +27,7 @@ def ffn_forward(x: np.ndarray, W1: np.ndarray, b1: np.ndarray, W2: np.ndarray, b
     Parameters
     ----------
     x : ndarray, shape (..., D)
+        Assumed finite and of the weights' dtype (:class:`FeedForward` checks).
     W1 : (D, D_ff), b1 : (D_ff,), W2 : (D_ff, D), b2 : (D,)
 
     Returns
@@ -65,6 +67,9 @@ class FeedForward(Module):
         self.add_param("b2", np.zeros(d_model, dtype=dtype))
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x (..., D) of the weights' dtype, finite -> (..., D)."""
+        if needs_checks():  # False inside a model, which has checked its own inputs
+            check_float(x, "x", self.params["W1"].dtype, last_dim=self.params["W1"].shape[0])
         out, self._cache = ffn_forward(x, **self.params)
         return out
 

@@ -6,6 +6,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .module import Module
+from .validation import check_float, check_real, needs_checks
 
 __all__ = ["layernorm_forward", "layernorm_backward", "LayerNorm"]
 
@@ -27,8 +28,11 @@ def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: f
     Parameters
     ----------
     x : ndarray, shape (..., D)
+        Assumed finite and of gamma's dtype (:class:`LayerNorm` checks).
     gamma, beta : ndarray, shape (D,)
     eps : float
+        Assumed finite and > 0: with 0 a constant row divides by zero, and an infinite
+        eps makes every output ``beta``.
 
     Returns
     -------
@@ -79,11 +83,14 @@ class LayerNorm(Module):
 
     def __init__(self, d_model: int, eps: float = 1e-5, dtype=np.float64):
         super().__init__()
-        self.eps = eps
+        self.eps = check_real(eps, "eps", 0.0, low_open=True)
         self.add_param("gamma", np.ones(d_model, dtype=dtype))
         self.add_param("beta", np.zeros(d_model, dtype=dtype))
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x (..., D) of the parameters' dtype, finite -> (..., D)."""
+        if needs_checks():  # False inside a model, which has checked its own inputs
+            check_float(x, "x", self.params["gamma"].dtype, last_dim=self.params["gamma"].shape[0])
         out, self._cache = layernorm_forward(x, self.params["gamma"], self.params["beta"], self.eps)
         return out
 

@@ -6,6 +6,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from .module import Module
+from .validation import check_float, needs_checks
 
 __all__ = ["linear_forward", "linear_backward", "Linear", "xavier_uniform"]
 
@@ -25,6 +26,9 @@ def linear_forward(x: np.ndarray, W: np.ndarray, b: Optional[np.ndarray]):
     x : ndarray, shape (..., D_in)
     W : ndarray, shape (D_in, D_out)
     b : ndarray, shape (D_out,), or None
+
+    Assumes what :class:`Linear` checks: matching widths and dtypes, finite values
+    (NaN or inf would pass through silently).
 
     Returns
     -------
@@ -77,6 +81,9 @@ class Linear(Module):
             self.add_param("b", np.zeros(d_out, dtype=dtype))
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """x (..., D_in) of the weights' dtype, finite -> (..., D_out)."""
+        if needs_checks():  # False inside a model, which has checked its own inputs
+            check_float(x, "x", self.params["W"].dtype, last_dim=self.params["W"].shape[0])
         out, self._cache = linear_forward(x, self.params["W"], self.params.get("b"))
         return out
 

@@ -5,12 +5,21 @@ A :class:`Module` holds two dicts with the same keys, ``params`` and ``grads``.
 returns the gradient with respect to the input and *accumulates* (``+=``) the
 parameter gradients, so that a weight used twice (tied embeddings) receives the
 sum of both contributions, exactly as the chain rule says.
+
+A module's ``forward`` is a public entry point: it checks its inputs (dtype, shape,
+finite values, ids in range) and raises
+:class:`~numpytransformer.errors.NumpyTransformerError` naming the bad one, while
+the pure functions it calls assume good inputs. Inside a model, whose public method
+has already checked what came in, the modules skip these checks
+(:func:`~numpytransformer.validation.needs_checks` is False there).
 """
 from __future__ import annotations
 
 from typing import Dict, Iterator, List, Tuple
 
 import numpy as np
+
+from .validation import check_bool
 
 __all__ = ["Module", "ModuleList"]
 
@@ -75,6 +84,7 @@ class Module:
     # ---- modes ------------------------------------------------------------
     def train(self, mode: bool = True) -> "Module":
         """Switch dropout on (``mode=True``) or off, for this module and its children."""
+        mode = check_bool(mode, "mode")
         for _, mod in self.named_modules():
             mod.training = mode
         return self

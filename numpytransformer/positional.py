@@ -6,7 +6,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .errors import NumpyTransformerError
 from .module import Module
+from .validation import check_float, check_int, needs_checks
 
 __all__ = ["sinusoidal_encoding", "positional_forward", "positional_backward", "PositionalEncoding",
            "learned_positional_forward", "learned_positional_backward", "LearnedPositionalEmbedding"]
@@ -31,7 +33,11 @@ def sinusoidal_encoding(max_len: int, d_model: int, dtype=np.float64) -> np.ndar
 
 
 def positional_forward(x: np.ndarray, pe: np.ndarray, offset: int = 0):
-    """``out[:, t] = x[:, t] + PE[offset + t]`` for x of shape (B, T, D)."""
+    """``out[:, t] = x[:, t] + PE[offset + t]`` for x of shape (B, T, D).
+
+    Assumes ``offset + T <= max_len`` (the rows of ``pe``) and ``x`` of pe's width and
+    dtype; :class:`PositionalEncoding` checks.
+    """
     T = x.shape[1]
     return x + pe[offset:offset + T], None
 
@@ -39,6 +45,16 @@ def positional_forward(x: np.ndarray, pe: np.ndarray, offset: int = 0):
 def positional_backward(dout: np.ndarray, cache=None) -> np.ndarray:
     """Adding a constant passes the gradient through unchanged."""
     return dout
+
+
+def _check_input(x: np.ndarray, offset: int, table: np.ndarray) -> None:
+    """The modules' checks: x (B, T, D) like the (max_len, D) table, finite; 0 <= offset, offset + T <= max_len."""
+    if needs_checks():  # False inside a model, which has checked its own inputs
+        check_float(x, "x", table.dtype, shape=(None, None, table.shape[1]))
+        check_int(offset, "offset", 0)
+    if offset + x.shape[1] > table.shape[0]:
+        raise NumpyTransformerError(
+            f"sequence of length {offset + x.shape[1]} is longer than max_len={table.shape[0]}")
 
 
 class PositionalEncoding(Module):
@@ -49,10 +65,8 @@ class PositionalEncoding(Module):
         self.pe = sinusoidal_encoding(max_len, d_model, dtype)
 
     def forward(self, x: np.ndarray, offset: int = 0) -> np.ndarray:
-        if offset + x.shape[1] > self.pe.shape[0]:
-            raise ValueError(
-                f"sequence of length {offset + x.shape[1]} is longer than max_len={self.pe.shape[0]}"
-            )
+        """x (B, T, D) -> x + PE[offset:offset + T]."""
+        _check_input(x, offset, self.pe)
         out, _ = positional_forward(x, self.pe, offset)
         self._cache = True
         return out
@@ -119,10 +133,8 @@ class LearnedPositionalEmbedding(Module):
         self.add_param("P", (rng.standard_normal((max_len, d_model)) * std).astype(dtype))
 
     def forward(self, x: np.ndarray, offset: int = 0) -> np.ndarray:
-        if offset + x.shape[1] > self.params["P"].shape[0]:
-            raise ValueError(
-                f"sequence of length {offset + x.shape[1]} is longer than max_len={self.params['P'].shape[0]}"
-            )
+        """x (B, T, D) -> x + P[offset:offset + T]."""
+        _check_input(x, offset, self.params["P"])
         out, self._cache = learned_positional_forward(x, self.params["P"], offset)
         return out
 

@@ -6,6 +6,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .module import Module
+from .validation import check_float, needs_checks
 
 __all__ = ["relu_forward", "relu_backward", "ReLU"]
 
@@ -15,7 +16,11 @@ class ReLUCache(NamedTuple):
 
 
 def relu_forward(x: np.ndarray):
-    """:math:`\\text{out} = \\max(x, 0)` elementwise. Returns ``(out, cache)``."""
+    """:math:`\\text{out} = \\max(x, 0)` elementwise. Returns ``(out, cache)``.
+
+    Assumes a finite float ``x`` (:class:`ReLU` checks): a NaN is not ``> 0`` but passes
+    through anyway, since ``NaN * 0`` is NaN.
+    """
     positive = x > 0
     return x * positive, ReLUCache(positive)
 
@@ -29,6 +34,8 @@ def relu_backward(dout: np.ndarray, cache: ReLUCache) -> np.ndarray:
 
 class ReLU(Module):
     def forward(self, x):
+        if needs_checks():  # False inside a model, which has checked its own inputs
+            check_float(x, "x", min_ndim=0)
         out, self._cache = relu_forward(x)
         return out
 

@@ -98,17 +98,20 @@ def _check_shape(shape: tuple, name: str, expected: Sequence[Optional[int]]) -> 
         raise NumpyTransformerError(f"{name} must have shape {_shape_text(expected)}, got {shape}")
 
 
-def check_float(x, name: str, dtype, shape: Optional[Sequence[Optional[int]]] = None,
+def check_float(x, name: str, dtype=None, shape: Optional[Sequence[Optional[int]]] = None,
                 last_dim: Optional[int] = None, min_ndim: int = 1) -> np.ndarray:
-    """Check a float array: an ndarray of exactly ``dtype`` (no silent casting), finite.
+    """Check a float array: an ndarray of exactly ``dtype`` (any float dtype if None; no silent casting), finite.
 
     ``shape`` (ints, or None for any size) fixes every axis; ``last_dim`` only the last one.
     """
-    dtype = np.dtype(dtype)
     if not isinstance(x, np.ndarray):
-        raise NumpyTransformerError(f"{name} must be a {dtype.name} ndarray, got {type(x).__name__}")
-    if x.dtype != dtype:
-        raise NumpyTransformerError(f"{name} must be a {dtype.name} ndarray like the model's weights, got {x.dtype}")
+        want = "float" if dtype is None else np.dtype(dtype).name
+        raise NumpyTransformerError(f"{name} must be a {want} ndarray, got {type(x).__name__}")
+    if dtype is None and x.dtype.kind != "f":
+        raise NumpyTransformerError(f"{name} must be a float ndarray, got dtype {x.dtype}")
+    if dtype is not None and x.dtype != dtype:
+        raise NumpyTransformerError(f"{name} must be a {np.dtype(dtype).name} ndarray like the model's weights, "
+                                    f"got {x.dtype}")
     if shape is not None:
         _check_shape(x.shape, name, tuple(shape))
     elif x.ndim < min_ndim:

@@ -115,7 +115,7 @@ def test_d_model_not_divisible_by_n_heads():
 def test_invalid_dropout(p):
     with pytest.raises(NumpyTransformerError, match=r"TransformerConfig\.dropout must be a finite number in \[0, 1\)"):
         cfg(dropout=p)
-    with pytest.raises(ValueError, match=r"dropout p must be in \[0, 1\)"):
+    with pytest.raises(NumpyTransformerError, match=r"dropout p must be a finite number in \[0, 1\)"):
         Dropout(p, np.random.default_rng(0))
     with pytest.raises(ValueError, match=r"dropout p must be in \[0, 1\)"):
         dropout_forward(np.ones(3), p, np.random.default_rng(0))
