@@ -18,7 +18,7 @@ from typing import List, Optional
 
 from .checkpoint import CheckpointError, load_checkpoint, read_checkpoint_meta
 from .errors import NumpyTransformerError
-from .settings import ModelSettings, add_flags, given_values
+from .settings import ModelSettings, _parse_int, add_flags, flag_of, given_values
 from .tasks.base import TASKS, task_class, task_from_dict
 from .trainer import TrainConfig, Trainer
 
@@ -95,7 +95,7 @@ def cmd_train(args) -> None:
     _check_out(args)
     given_train = given_values(args, TrainConfig)
     if args.resume:
-        changed = {**given_values(args, cls.Data), **given_values(args, ModelSettings)}
+        changed = [flag_of(c, k) for c in (cls.Data, ModelSettings) for k in given_values(args, c)]
         if changed:
             raise NumpyTransformerError(f"--resume continues the run as it was; only training options can change "
                                         f"(not {', '.join(changed)})")
@@ -187,6 +187,14 @@ def cmd_sweep(args) -> None:
 
 
 # ---- parser ---------------------------------------------------------------------------------
+def _seed(text: str) -> int:
+    """A seed flag: digits only (``1_0`` is refused, not read as 10), from 0 to 2**32 - 1."""
+    value = _parse_int(text)
+    if not 0 <= value < 2 ** 32:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to {2 ** 32 - 1}, got {text}")
+    return value
+
+
 def _positive(text: str) -> int:
     from .settings import _parse_int
 
@@ -220,8 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", aliases=["evaluate"], help="metrics of a checkpoint on held-out data")
     ev.add_argument("--checkpoint", required=True, help="a checkpoint directory or a run directory")
-    ev.add_argument("--n", type=int, default=None, help="how many held-out examples (default: the task's; 0: all)")
-    ev.add_argument("--seed", type=int, default=1, help="seed of the fresh sample (default %(default)s)")
+    ev.add_argument("--n", type=_parse_int, default=None, help="how many held-out examples (default: the task's; 0: all)")
+    ev.add_argument("--seed", type=_seed, default=1, help="seed of the fresh sample (default %(default)s)")
     ev.add_argument("--beam", type=_positive, default=1, help="beam size; 1 is greedy (default %(default)s)")
     ev.add_argument("--data-dir", **data_dir)
     ev.set_defaults(func=cmd_eval)
@@ -249,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument("--temperature", type=float, default=0.8, help="softmax temperature (default %(default)s)")
     ge.add_argument("--top-k", type=_positive, default=None, help="sample from the k most likely tokens")
     ge.add_argument("--top-p", type=float, default=None, help="sample from the smallest set of mass p (nucleus)")
-    ge.add_argument("--seed", type=int, default=0, help="seed of the sampling (default %(default)s)")
+    ge.add_argument("--seed", type=_seed, default=0, help="seed of the sampling (default %(default)s)")
     ge.set_defaults(func=cmd_generate)
 
     from .tasks.reverse import ReverseData
@@ -265,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--formulation", choices=["seq2seq", "tagger"], default="seq2seq")
     sw.add_argument("--n-train", dest="ReverseData.n_train", type=_positive, default=argparse.SUPPRESS,
                     help=f"training sequences (default {ReverseData().n_train})")
-    sw.add_argument("--seed", type=int, default=0)
+    sw.add_argument("--seed", type=_seed, default=0)
     sw.add_argument("--out", default="runs/sweep", help="folder for the runs and the report (default %(default)s)")
     sw.set_defaults(func=cmd_sweep)
     return parser

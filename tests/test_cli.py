@@ -1,326 +1,331 @@
-"""The command line end to end on a tiny run: train, predict (argument and stdin), eval,
-attention, translate, and one-line errors instead of tracebacks."""
+"""The command line end to end on tiny runs: train (one generic path for every task),
+predict (argument and stdin), eval, attention, translate, resume, the generated flags and
+their help, and bad arguments: one line on stderr and exit 2, never a traceback."""
+import io
 import json
-import os
 import re
+import shutil
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
-from numpytransformer.cli import main
+import numpytransformer.trainer as trainer_module
+from numpytransformer.cli import build_parser, main
+from numpytransformer.settings import given_values
+from numpytransformer.tasks.base import task_class
+from numpytransformer.tasks.reverse import ReversalTask, ReverseData
+from numpytransformer.trainer import TrainConfig
+
+TINY = ["train", "reverse", "--n-symbols", "6", "--max-len", "6", "--n-train", "300", "--n-val", "30",
+        "--n-test", "30", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--layers", "1", "--epochs", "1"]
+TINY_TRANSLATE = ["train", "translate", "--n-train", "200", "--n-val", "20", "--n-test", "20", "--max-number", "999",
+                  "--min-freq", "1", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--layers", "1",
+                  "--epochs", "1"]
+REAL_PLOT = trainer_module.plot_history
+
+
+@pytest.fixture(autouse=True)
+def _no_curves(monkeypatch):
+    """Drawing curves.png costs 0.4 s a run: only the tests that look at it draw it."""
+    monkeypatch.setattr(trainer_module, "plot_history", lambda *a, **kw: None)
+
+
+def _run(argv, capsys):
+    """``(exit code, stdout, stderr)`` of ``main(argv)``, argparse's exits included."""
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
+    """A one-epoch tiny reversal run, trained through the command line (curves drawn)."""
     out = tmp_path_factory.mktemp("cli") / "rev"
-    code = main(["train", "reverse", "--n-symbols", "6", "--max-len", "6", "--n-train", "400", "--n-val", "40",
-                 "--n-test", "40", "--d-model", "16", "--d-ff", "32", "--layers", "1", "--epochs", "1",
-                 "--out", str(out)])
-    assert code == 0
+    assert main(TINY + ["--out", str(out)]) == 0
     return out
 
 
-def test_train_writes_a_run(run_dir, capsys):
-    assert (run_dir / "best" / "checkpoint.json").is_file()
-    assert (run_dir / "last" / "checkpoint.json").is_file()
-    assert (run_dir / "history.json").is_file()
+def test_train_writes_a_run(run_dir, tmp_path, capsys, monkeypatch):
+    assert (run_dir / "best" / "checkpoint.json").is_file() and (run_dir / "last" / "checkpoint.json").is_file()
+    hist = json.loads((run_dir / "history.json").read_text())
+    assert len(hist["epochs"]) == 1 and hist["epochs"][0]["step"] == len(hist["steps"])
+    pytest.importorskip("matplotlib")
+    assert (run_dir / "curves.png").stat().st_size > 1000
+    # What the run prints: the settings actually used (flags over the recipe), then the report.
+    monkeypatch.setattr(trainer_module, "plot_history", REAL_PLOT)
+    out = tmp_path / "run"
+    code, shown, err = _run(TINY + ["--out", str(out)], capsys)
+    assert code == 0 and err == ""
+    assert "model: d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0, norm=pre" in shown
+    assert "training: epochs=1, lr_factor=0.15, warmup=100" in shown  # the reversal recipe
+    assert re.search(r"^final \(test, best checkpoint\): n 1000 .*exact_match", shown, re.M)
+    assert f"checkpoint: {out / 'best'}   try: python -m numpytransformer predict --checkpoint {out} " in shown
+    assert (out / "curves.png").is_file()
 
 
 def test_predict_argument_and_stdin_keep_order(run_dir, capsys, monkeypatch):
-    assert main(["predict", "--checkpoint", str(run_dir), "3 5 4 2 1"]) == 0
-    one = capsys.readouterr().out.strip().splitlines()
-    assert len(one) == 1
-    import io
-    monkeypatch.setattr(sys, "stdin", io.StringIO("1 2 3\n4 5\n6\n"))
-    assert main(["predict", "--checkpoint", str(run_dir), "--beam", "2"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 3
+    inputs = ["1 2 3", "4 5", "6", "2 2 3 1 6 5"]
+    singles = []
+    for text in inputs:
+        code, out, err = _run(["predict", "--checkpoint", str(run_dir), text], capsys)
+        assert code == 0 and err == "" and len(out.splitlines()) == 1
+        singles.append(out.strip())
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(inputs) + "\n"))
+    code, out, err = _run(["predict", "--checkpoint", str(run_dir)], capsys)
+    assert code == 0 and err == "" and out.splitlines() == singles
+    # A bad line among many is named by its number.
+    monkeypatch.setattr(sys, "stdin", io.StringIO("1 2\n3 9\n"))
+    code, out, err = _run(["predict", "--checkpoint", str(run_dir)], capsys)
+    assert code == 2 and out == "" and err.startswith("error: line 2: unknown symbol '9'")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["predict", "--checkpoint", "{run}", "3 x"], "unknown token 'x'"),
-    (["predict", "--checkpoint", "{run}", "3 99"], "unknown symbol 99"),
-    (["predict", "--checkpoint", "{run}", "1 2 3 4 5 6 1"], "longer than max_len=6"),
-    (["predict", "--checkpoint", "{run}/missing", "1 2"], "does not exist"),
-    (["eval", "--checkpoint", "{run}", "--n", "0"], "--n must be at least 1, got 0"),
-    (["eval", "--checkpoint", "{run}", "--seed", "-1"], "--seed must be 0 or more, got -1"),
-    (["eval", "--checkpoint", "{run}", "--beam", "0"], "--beam must be at least 1"),
-    (["predict", "--checkpoint", "{run}", "1 2", "--beam", "0"], "--beam must be at least 1 (1: greedy), got 0"),
-    (["predict", "--checkpoint", "{run}", "1 2", "--beam", "-3"], "--beam must be at least 1 (1: greedy), got -3"),
-    (["attention", "--checkpoint", "{run}", "1 2", "--out", "{run}/a.txt"], "--out {run}/a.txt: expected an image"),
-    # PGF is a matplotlib format, but writing it needs LaTeX: refused up front, not a traceback.
-    (["attention", "--checkpoint", "{run}", "1 2", "--out", "{run}/a.pgf"], "--out {run}/a.pgf: expected an image"),
-    # Training options name the flags the user typed, not the settings' field names.
-    (["train", "reverse", "--accum", "0", "--out", "{run}/new"], "--accum must be at least 1, got 0"),
-    (["train", "reverse", "--clip", "-1", "--out", "{run}/new"], "--clip must be positive (0: off), got -1.0"),
-    (["train", "reverse", "--clip", "nan", "--out", "{run}/new"], "--clip must be positive (0: off), got nan"),
-    (["train", "reverse", "--max-minutes", "-1", "--out", "{run}/new"],
-     "--max-minutes must be positive (0: no limit), got -1.0"),
-    (["train", "reverse", "--out", "{run}/history.json"], "is a file; expected a run directory"),
-    (["train", "reverse", "--resume", "--out", "{run}/new"], "--resume: --out {run}/new holds no run"),
-])
-def test_bad_arguments_give_one_line_errors(run_dir, capsys, argv, message):
-    argv = [a.replace("{run}", str(run_dir)) for a in argv]
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and message.replace("{run}", str(run_dir)) in err
-    assert not (run_dir / "new").exists()  # nothing is created by a command that fails to start
-    assert len(err.strip().splitlines()) == 1
+def test_eval_prints_exact_match_per_length(run_dir, capsys):
+    code, out, err = _run(["eval", "--checkpoint", str(run_dir), "--n", "50", "--seed", "3"], capsys)
+    assert code == 0 and err == ""
+    first, second = out.splitlines()
+    assert first.startswith(f"{run_dir / 'best'}: n 50 ") and "token_accuracy" in first and "exact_match" in first
+    lengths = re.findall(r"(\d+): [\d.]+%", second)
+    assert second.startswith("exact match by length") and lengths == ["1", "2", "3", "4", "5", "6"]
+    # The same seed gives the same sample and the same figures.
+    assert _run(["eval", "--checkpoint", str(run_dir), "--n", "50", "--seed", "3"], capsys)[1] == out
 
 
-def test_zero_turns_clipping_and_the_time_budget_off():
-    from numpytransformer.cli import _train_config, build_parser
-    from numpytransformer.tasks.sentiment import SENTIMENT_TRAIN
-
-    args = build_parser().parse_args(["train", "sentiment", "--clip", "0", "--max-minutes", "0"])
-    cfg = _train_config(args, SENTIMENT_TRAIN)
-    assert cfg.clip_norm is None and cfg.max_minutes is None
-    assert SENTIMENT_TRAIN.clip_norm == 1.0 and SENTIMENT_TRAIN.max_minutes == 16  # the recipe is unchanged
-
-
-def test_resume_without_out_names_the_default(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    assert main(["train", "reverse", "--resume"]) == 2
-    assert capsys.readouterr().err == ("error: --resume: --out runs/reverse (the default) holds no run to continue "
-                                       "(no last/checkpoint.json)\n")
-    assert not (tmp_path / "runs").exists()
-
-
-def test_training_into_an_existing_run_needs_resume(run_dir, capsys):
-    assert main(["train", "reverse", "--epochs", "1", "--out", str(run_dir)]) == 2
-    assert "--resume" in capsys.readouterr().err
-
-
-def test_a_closed_pipe_is_not_an_error(run_dir, tmp_path):
-    """``predict ... | head -n 1``: the reader leaves early; exit 0 with nothing on stderr."""
-    lines = tmp_path / "in.txt"
-    lines.write_text("1 2 3\n" * 20000)
-    with open(lines) as stdin:
-        p = subprocess.Popen([sys.executable, "-m", "numpytransformer", "predict", "--checkpoint", str(run_dir)],
-                             stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        first = p.stdout.readline()
-        p.stdout.close()  # as head does after its line
-        err = p.stderr.read()
-        assert p.wait(timeout=120) == 0
-    assert len(first.split()) >= 1 and err == b""
-
-
-def test_a_closed_pipe_stops_training_with_an_error_and_a_checkpoint(tmp_path):
-    """``train ... | head``: the run cannot report, so it stops (exit 141, 128 + SIGPIPE), saves
-    last/ first, and --resume completes it."""
-    out = tmp_path / "run"
-    argv = ["train", "reverse", "--n-symbols", "6", "--max-len", "6", "--n-train", "400", "--n-val", "40",
-            "--n-test", "40", "--d-model", "16", "--d-ff", "32", "--layers", "1", "--epochs", "3",
-            "--log-every", "1", "--out", str(out)]
-    p = subprocess.Popen([sys.executable, "-m", "numpytransformer", *argv], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
-    while True:  # read up to the first progress line
-        line = p.stdout.readline()
-        if line == b"":  # the run ended without one: fail with what it said, rather than hang
-            p.wait(timeout=60)
-            pytest.fail(f"no progress line; exit {p.returncode}, stderr: {p.stderr.read().decode()}")
-        if b" update " in line:
-            break
-    p.stdout.close()
-    err = p.stderr.read().decode()
-    assert p.wait(timeout=300) == 141
-    assert err == f"error: training stopped because its output was closed; continue with --resume --out {out}\n"
-    meta = json.loads((out / "last" / "checkpoint.json").read_text())
-    assert meta["epoch"] < 3 and meta["step"] >= 1
-    assert main(argv + ["--resume"]) == 0
-    assert len(json.loads((out / "history.json").read_text())["epochs"]) == 3
-
-
-TINY_RUN = ["train", "reverse", "--n-symbols", "6", "--max-len", "6", "--n-train", "200", "--n-val", "20",
-            "--n-test", "20", "--d-model", "16", "--d-ff", "32", "--layers", "1", "--epochs", "2"]
-
-
-def _pipe_closes_at(monkeypatch, prefix, stop=BrokenPipeError(32, "Broken pipe"), then_closed=False):
-    """Make every print of the trainer and the command line raise BrokenPipeError from the
-    first line that starts with ``prefix`` on, as when the reader of ``train ... |`` leaves
-    (or raise ``stop`` once there, e.g. a KeyboardInterrupt: Ctrl-C at that line, and with
-    ``then_closed`` a closed pipe after it, as Ctrl-C stops ``| tee`` too)."""
-    import builtins
-
-    import numpytransformer.cli as cli_module
-    import numpytransformer.trainer as trainer_module
-
-    closed = []
-
-    def printing(*args, **kwargs):
-        if kwargs.get("file", sys.stdout) is not sys.stdout:  # stderr stays open
-            return builtins.print(*args, **kwargs)
-        if closed and (isinstance(stop, BrokenPipeError) or then_closed):
-            raise BrokenPipeError(32, "Broken pipe")
-        if args and str(args[0]).startswith(prefix):
-            closed.append(True)
-            raise stop
-        builtins.print(*args, **kwargs)
-
-    for module in (cli_module, trainer_module):
-        monkeypatch.setattr(module, "print", printing, raising=False)
-
-
-@pytest.mark.parametrize("prefix", ["epoch 2 done", "throughput:", "trained ", "final (test split"])
-def test_a_closed_pipe_after_training_finished_is_not_an_error(tmp_path, capsys, monkeypatch, prefix):
-    """The reader leaves at the last epoch's line or later: every checkpoint is saved and there
-    is nothing to resume, so the run exits 0 without the "stopped ... --resume" message."""
-    _pipe_closes_at(monkeypatch, prefix)
-    out = tmp_path / "run"
-    assert main(TINY_RUN + ["--out", str(out)]) == 0
-    captured = capsys.readouterr()
-    assert captured.err == "" and prefix not in captured.out and "epoch 1 done" in captured.out
-    assert len(json.loads((out / "history.json").read_text())["epochs"]) == 2
-    assert json.loads((out / "last" / "checkpoint.json").read_text())["epoch"] == 2
-    assert (out / "best" / "checkpoint.json").is_file() and (out / "curves.png").is_file()
-
-
-def test_a_closed_pipe_after_a_time_budget_stop_says_resume(tmp_path, capsys, monkeypatch):
-    """Stopped by --max-minutes, the run has epochs left: a pipe closed at the note, or at the
-    report after it, is a run cut short (--resume continues it), and the curves are written."""
-    _pipe_closes_at(monkeypatch, "stopping: the time budget")
-    out = tmp_path / "run"
-    assert main(TINY_RUN + ["--epochs", "3", "--max-minutes", "0.00001", "--out", str(out)]) == 141
-    assert capsys.readouterr().err.endswith(f"continue with --resume --out {out}\n")
-    assert json.loads((out / "last" / "checkpoint.json").read_text())["epoch"] == 1
-    assert (out / "curves.png").is_file()
-
-
-def test_resuming_a_finished_run_counts_only_its_own_updates(tmp_path, capsys, monkeypatch):
-    out = tmp_path / "run"
-    assert main(TINY_RUN + ["--out", str(out)]) == 0
-    per_epoch = json.loads((out / "last" / "checkpoint.json").read_text())["step"] // 2
-    capsys.readouterr()
-    assert main(TINY_RUN + ["--epochs", "3", "--resume", "--out", str(out)]) == 0
-    assert f"trained {per_epoch} updates in " in capsys.readouterr().out
-    assert main(TINY_RUN + ["--epochs", "3", "--resume", "--out", str(out)]) == 0
-    assert "trained 0 updates in " in capsys.readouterr().out
-    # Nothing is left to do, so a reader that leaves during set-up costs nothing either.
-    _pipe_closes_at(monkeypatch, "training settings")
-    assert main(TINY_RUN + ["--epochs", "3", "--resume", "--out", str(out)]) == 0
-    assert capsys.readouterr().err == ""
-
-
-def test_ctrl_c_at_the_last_epochs_line_leaves_a_complete_run(tmp_path, capsys, monkeypatch):
-    _pipe_closes_at(monkeypatch, "epoch 2 done", stop=KeyboardInterrupt())
-    out = tmp_path / "run"
-    assert main(TINY_RUN + ["--out", str(out)]) == 130
-    captured = capsys.readouterr()
-    assert f"interrupted after the last epoch: {out} is complete" in captured.out and "--resume" not in captured.out
-    assert (out / "curves.png").is_file()
-
-
-@pytest.mark.parametrize("prefix", ["epoch 1 done", "epoch 2 done"])
-def test_ctrl_c_in_train_piped_to_tee_is_an_interrupt(tmp_path, capsys, monkeypatch, prefix):
-    """Ctrl-C reaches the whole pipeline, so the trainer's note finds the pipe closed: still 130."""
-    _pipe_closes_at(monkeypatch, prefix, stop=KeyboardInterrupt(), then_closed=True)
-    out = tmp_path / "run"
-    assert main(TINY_RUN + ["--out", str(out)]) == 130
-    assert capsys.readouterr().err == "interrupted\n"
-
-
-def test_a_damaged_run_is_refused_even_with_the_output_closed(tmp_path, capsys, monkeypatch):
-    out = tmp_path / "run"
-    assert main(TINY_RUN + ["--out", str(out)]) == 0
-    weights = next((out / "last").glob("weights-*.npz"))
-    weights.write_bytes(weights.read_bytes()[:-10])
-    capsys.readouterr()
-    _pipe_closes_at(monkeypatch, "")  # the very first line
-    assert main(TINY_RUN + ["--epochs", "3", "--resume", "--out", str(out)]) == 2
-    assert "is damaged" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("prefix, code", [("[2/2]", 141), ("# Reversal ablation", 0)])
-def test_a_sweep_is_cut_short_by_a_closed_pipe_unless_it_is_done(tmp_path, capsys, monkeypatch, prefix, code):
-    """Closed before the last run: 141; closed at the report, with every run and sweep.md
-    written: 0."""
-    _pipe_closes_at(monkeypatch, prefix)
-    out = tmp_path / "sw"
-    assert main(["sweep", "--layers", "1", "2", "--epochs", "1", "--n-train", "50", "--out", str(out)]) == code
-    captured = capsys.readouterr()
-    assert prefix not in captured.out and "[1/2]" in captured.out  # the pipe closed where asked
-    assert (out / "sweep.md").is_file() == (code == 0)
-    assert ("the sweep stopped" in captured.err) == (code == 141)
-
-
-def test_a_closed_pipe_stops_a_sweep_with_an_error(tmp_path):
-    """``sweep ... | head -n 1``: the sweep has not run; exit 141, and rerunning continues it."""
-    p = subprocess.Popen([sys.executable, "-m", "numpytransformer", "sweep", "--layers", "1", "2", "--epochs", "1",
-                          "--n-train", "50", "--out", str(tmp_path / "sw")], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"})
-    first = p.stdout.readline()
-    p.stdout.close()
-    err = p.stderr.read().decode()
-    assert p.wait(timeout=300) == 141, err
-    assert b"runs of 1 epochs" in first
-    assert err == ("error: the sweep stopped because its output was closed; run the same command again to "
-                   "continue (finished runs are kept)\n")
-
-
-TINY_TRANSLATE = ["train", "translate", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--layers", "1",
-                  "--epochs", "1"]
-
-
-@pytest.mark.parametrize("argv, prefix, saved", [
-    (TINY_RUN, "training settings", False), (TINY_RUN, "epoch 1 done", True),
-    (TINY_TRANSLATE, "building the numbers vocabularies", False),  # printed before training is set up
-])
-def test_a_closed_pipe_before_training_finished_is_an_error(tmp_path, capsys, monkeypatch, argv, prefix, saved):
-    _pipe_closes_at(monkeypatch, prefix)
-    out = tmp_path / "run"
-    assert main(argv + ["--out", str(out)]) == 141
-    then = f"continue with --resume --out {out}" if saved else "nothing was saved"
-    assert capsys.readouterr().err == f"error: training stopped because its output was closed; {then}\n"
-    assert (out / "last" / "checkpoint.json").is_file() == saved
-
-
-def test_attention_without_matplotlib_says_what_to_install(run_dir, tmp_path, capsys, monkeypatch):
-    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
-    assert main(["attention", "--checkpoint", str(run_dir), "1 2", "--out", str(tmp_path / "a.png")]) == 2
-    assert capsys.readouterr().err == "error: plots need matplotlib: pip install matplotlib\n"
-
-
-def test_a_plot_that_cannot_be_written_names_the_file(tmp_path, monkeypatch):
-    from matplotlib.figure import Figure
-
-    from numpytransformer.plotting import plot_attention
-
-    def needs_a_program(self, *args, **kwargs):
-        raise RuntimeError("this format needs a program that is not installed")
-
-    monkeypatch.setattr(Figure, "savefig", needs_a_program)
-    path = tmp_path / "a.eps"
-    maps, labels = {"enc": np.full((1, 2, 2), 0.5)}, {"enc": (["a", "b"], ["a", "b"])}
-    with pytest.raises(ValueError, match=f"could not write {re.escape(str(path))}: this format needs a program"):
-        plot_attention(maps, labels, path)
-
-
-def test_eval_and_attention(run_dir, tmp_path, capsys):
-    assert main(["eval", "--checkpoint", str(run_dir), "--n", "50"]) == 0
-    assert "exact_match" in capsys.readouterr().out
+def test_attention_writes_a_png(run_dir, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
     png = tmp_path / "attn.png"
-    assert main(["attention", "--checkpoint", str(run_dir), "3 5 4 2 1", "--out", str(png)]) == 0
-    assert png.stat().st_size > 1000
+    code, out, err = _run(["attention", "--checkpoint", str(run_dir), "3 5 4 2 1", "--out", str(png)], capsys)
+    assert code == 0 and err == ""
+    assert out.endswith(f"wrote {png} (3 attention layers x 2 heads)\n")  # encoder, self and cross
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
 
 
 def test_translate_numbers_end_to_end(tmp_path, capsys, monkeypatch):
     out = tmp_path / "mt"
-    assert main(["train", "translate", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--layers", "1",
-                 "--epochs", "1", "--out", str(out)]) == 0
-    capsys.readouterr()
-    import io
+    code, shown, err = _run(TINY_TRANSLATE + ["--out", str(out)], capsys)
+    assert code == 0 and err == "" and "test_bleu_greedy" in shown
     monkeypatch.setattr(sys, "stdin", io.StringIO("seven\n\ntwenty-one\n"))
-    assert main(["translate", "--checkpoint", str(out)]) == 0
-    lines = capsys.readouterr().out.split("\n")
-    assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # an empty line gives an empty line
+    code, shown, err = _run(["translate", "--checkpoint", str(out)], capsys)
+    lines = shown.split("\n")
+    assert code == 0 and err == "" and len(lines) == 4 and lines[1] == "" and lines[3] == ""
+    # A sentence longer than the model reads is cut, with a warning (not silently).
+    code, shown, err = _run(["translate", "--checkpoint", str(out), " ".join(["seven"] * 130)], capsys)
+    assert code == 0 and len(shown.splitlines()) == 1
+    assert err == "warning: line 1 has 130 tokens; only the first 128 are translated\n"
+    # translate refuses a checkpoint of another task, and predict runs this one.
+    code, shown, err = _run(["predict", "--checkpoint", str(out), "twelve"], capsys)
+    assert code == 0 and len(shown.splitlines()) == 1
 
 
-def test_help_is_clear():
-    for argv in (["--help"], ["train", "reverse", "--help"], ["train", "translate", "--help"],
-                 ["predict", "--help"], ["eval", "--help"], ["attention", "--help"], ["translate", "--help"]):
-        r = subprocess.run([sys.executable, "-m", "numpytransformer", *argv], capture_output=True, text=True)
-        assert r.returncode == 0 and "usage:" in r.stdout
+def test_translate_refuses_a_reversal_checkpoint(run_dir, capsys):
+    code, out, err = _run(["translate", "--checkpoint", str(run_dir), "drei"], capsys)
+    assert (code, out) == (2, "")
+    assert err == f"error: this command needs a translate checkpoint; {run_dir} holds a reverse model (use predict)\n"
+
+
+def test_generate_on_a_reversal_checkpoint_is_a_one_line_error(run_dir, capsys):
+    code, out, err = _run(["generate", "--checkpoint", str(run_dir), "--prompt", "hi"], capsys)
+    assert (code, out) == (2, "")
+    assert err == "error: generate needs a language-model checkpoint; this one holds a reverse model\n"
+
+
+# ---- resume and --out ----------------------------------------------------------------------------
+def test_resume_without_out_names_the_default(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert _run(["train", "reverse", "--resume"], capsys) == (
+        2, "", "error: --resume: --out runs/reverse (the default) holds no run to continue (no last/checkpoint.json)\n")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_training_into_an_existing_run_needs_resume(run_dir, capsys):
+    code, out, err = _run(TINY + ["--out", str(run_dir)], capsys)
+    assert (code, out) == (2, "")
+    assert err == f"error: --out {run_dir} already holds a run: pass --resume to continue it, or choose another --out\n"
+
+
+def test_resume_continues_and_refuses_changed_model_or_data_flags(run_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(run_dir, out)
+    for extra, named in ((["--d-model", "32"], "--d-model"), (["--n-train", "200"], "--n-train"),
+                         (["--heads", "4", "--dtype", "float64"], "--heads, --dtype")):
+        code, shown, err = _run(["train", "reverse", "--resume", "--out", str(out), *extra], capsys)
+        assert (code, shown) == (2, "")
+        assert err == (f"error: --resume continues the run as it was; only training options can change "
+                       f"(not {named})\n")
+    # Training options may change: two more epochs on top of the first.
+    code, shown, err = _run(["train", "reverse", "--resume", "--epochs", "3", "--out", str(out)], capsys)
+    assert code == 0 and err == ""
+    assert f"resumed from {out / 'last'} after epoch 1" in shown and "epochs=3" in shown
+    assert len(json.loads((out / "history.json").read_text())["epochs"]) == 3
+    # A finished run resumes to nothing more.
+    code, shown, err = _run(["train", "reverse", "--resume", "--epochs", "3", "--out", str(out)], capsys)
+    assert code == 0 and "trained 0 updates in " in shown
+
+
+def test_ctrl_c_says_how_to_resume(tmp_path, capsys, monkeypatch):
+    """Ctrl-C during epoch 2: exit 130, the note names last/ at epoch 1, and --resume finishes."""
+    from numpytransformer.tasks.base import Task
+
+    real, calls = Task.train_step_loss, []
+
+    def interrupted(self, *a, **kw):
+        calls.append(1)
+        if len(calls) == 8:  # 5 updates an epoch: inside epoch 2
+            raise KeyboardInterrupt
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Task, "train_step_loss", interrupted)
+    out = tmp_path / "run"
+    code, shown, err = _run(TINY + ["--epochs", "2", "--out", str(out)], capsys)
+    assert (code, err) == (130, "interrupted\n")
+    assert f"interrupted: {out / 'last'} holds epoch 1; continue with --resume\n" in shown
+    assert json.loads((out / "last" / "checkpoint.json").read_text())["epoch"] == 1
+    monkeypatch.setattr(Task, "train_step_loss", real)
+    assert _run(["train", "reverse", "--resume", "--out", str(out)], capsys)[0] == 0
+    assert json.loads((out / "last" / "checkpoint.json").read_text())["epoch"] == 2
+
+
+def test_zero_turns_clipping_and_the_time_budget_off(tmp_path, capsys, monkeypatch):
+    """``--clip 0`` calls no clipping; ``--max-minutes 0`` trains every epoch however long they
+    take (a clock that jumps an hour at every reading); the recipe's values stay as they were."""
+    args = build_parser().parse_args(["train", "reverse", "--clip", "0", "--max-minutes", "0"])
+    assert given_values(args, TrainConfig) == {"clip_norm": 0.0, "max_minutes": 0.0}
+    assert ReversalTask.recipe(ReverseData())[1].clip_norm == 1.0
+    assert ReversalTask.recipe(ReverseData())[1].max_minutes == 2.75
+
+    clipped, clock = [], [0.0]
+    real_clip = trainer_module.clip_grad_norm
+    monkeypatch.setattr(trainer_module, "clip_grad_norm", lambda g, c: clipped.append(c) or real_clip(g, c))
+
+    def hours():
+        clock[0] += 3600.0
+        return clock[0]
+
+    monkeypatch.setattr(trainer_module.time, "perf_counter", hours)
+    argv = TINY + ["--epochs", "3"]
+    assert _run(argv + ["--clip", "0", "--max-minutes", "0", "--out", str(tmp_path / "off")], capsys)[0] == 0
+    assert clipped == [] and len(json.loads((tmp_path / "off" / "history.json").read_text())["epochs"]) == 3
+    code, shown, _ = _run(argv + ["--clip", "0.5", "--max-minutes", "1", "--out", str(tmp_path / "on")], capsys)
+    assert code == 0 and "stopping: the time budget of 1.0 minutes is used up" in shown
+    assert clipped and set(clipped) == {0.5}
+    assert len(json.loads((tmp_path / "on" / "history.json").read_text())["epochs"]) == 1
+
+
+# ---- help ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("task, shown", [
+    ("reverse", ["--heads N", "--d-model N", "--tie, --no-tie", "--formulation {seq2seq,tagger}",
+                 "--n-symbols N", "--epochs N", "--accum N", "--clip X", "--resume", "--out OUT"]),
+    ("translate", ["--heads N", "--d-model N", "--tie, --no-tie", "--cased, --no-cased", "--dataset {numbers,multi30k}",
+                   "--tokenizer {word,bpe}", "--batch-tokens N"]),
+    ("sentiment", ["--heads N", "--d-model N", "--tie, --no-tie", "--cased, --no-cased", "--pooling {mean,first}",
+                   "--vocab-size N", "--max-tokens N", "--n-test N", "--data-dir DATA_DIR"]),
+])
+def test_help_lists_the_generated_flags_with_the_recipe_defaults(task, shown, capsys):
+    code, out, err = _run(["train", task, "--help"], capsys)
+    assert code == 0 and out.startswith("usage:")
+    text = " ".join(out.split())  # argparse wraps lines
+    assert [flag for flag in shown if flag not in text] == []
+    cls = task_class(task)
+    model, train_cfg = cls.recipe(cls.Data())  # the defaults shown are the task's recipe
+    for line in (f"--d-model N model width (default: {model.d_model})",
+                 f"--heads N attention heads (default: {model.n_heads})",
+                 f"--lr-factor X multiplier of the Noam schedule (default: {train_cfg.lr_factor})",
+                 f"--epochs N passes over the training data (default: {train_cfg.epochs})"):
+        assert line in text
+
+
+def test_help_of_every_command_runs(capsys):
+    text = " ".join(_run(["train", "--help"], capsys)[1].split())
+    assert "reverse sequence reversal" in text and "translate translation: Multi30K de<->en" in text
+    for argv in (["--help"], ["predict", "--help"], ["eval", "--help"], ["attention", "--help"],
+                 ["translate", "--help"], ["classify", "--help"], ["generate", "--help"], ["sweep", "--help"]):
+        code, out, err = _run(argv, capsys)
+        assert code == 0 and out.startswith("usage:") and err == "", argv
+    r = subprocess.run([sys.executable, "-m", "numpytransformer", "train", "translate", "--help"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "--d-model N" in r.stdout and "(default: 256)" in r.stdout
+
+
+# ---- bad arguments --------------------------------------------------------------------------------
+# (argv, what the one error line says). "usage" marks argparse's own refusal (its usage and one
+# "error:" line naming the argument); every other case is one "error: ..." line from the command.
+BAD = [
+    (["predict", "--checkpoint", "{run}", "3 99999999999999999999"], "unknown symbol '99999999999999999999'"),
+    (["predict", "--checkpoint", "{run}", "3 7"], "unknown symbol '7': symbols are the integers 1..6"),
+    (["predict", "--checkpoint", "{run}", "3 x"], "unknown symbol 'x'"),
+    (["predict", "--checkpoint", "{run}", "--", "-1"], "unknown symbol '-1'"),
+    (["predict", "--checkpoint", "{run}", "1 2 3 4 5 6 1"], "the sequence has 7 symbols; this model reverses at most 6"),
+    (["predict", "--checkpoint", "{run}", "  "], "the input is empty"),
+    (["predict", "--checkpoint", "{run}/missing", "1 2"], "checkpoint '{run}/missing' does not exist"),
+    (["predict", "--checkpoint", "{run}/history.json", "1 2"], "holds no checkpoint"),
+    (["predict", "--checkpoint", "{run}", "1 2", "--beam", "0"], "usage: argument --beam"),
+    (["eval", "--checkpoint", "{run}", "--n", "10000000000"], "--n must be from 1 to 1000000, got 10000000000"),
+    (["eval", "--checkpoint", "{run}", "--n", "0"], "--n must be from 1 to 1000000, got 0"),
+    (["eval", "--checkpoint", "{run}", "--n", "1_0"], "usage: argument --n: expected a whole number, got '1_0'"),
+    (["eval", "--checkpoint", "{run}", "--n", "1e3"], "usage: argument --n"),
+    (["eval", "--checkpoint", "{run}", "--seed", "1_0"], "usage: argument --seed"),
+    (["eval", "--checkpoint", "{run}", "--seed", "-1"], "usage: argument --seed"),
+    (["eval", "--checkpoint", "{run}", "--beam", "0"], "usage: argument --beam"),
+    (["attention", "--checkpoint", "{run}", "1 2", "--out", "{run}/a.txt"], "--out {run}/a.txt: expected an image"),
+    (["attention", "--checkpoint", "{run}", "1 9", "--out", "{run}/a.png"], "unknown symbol '9'"),
+    (["generate", "--checkpoint", "{run}", "--tokens", "0"], "usage: argument --tokens"),
+    (["train", "reverse", "--heads", "0", "--out", "{new}"], "--heads must be from 1 to 256, got 0"),
+    (["train", "reverse", "--heads", "1_0", "--out", "{new}"], "usage: argument --heads: expected a whole number"),
+    (["train", "reverse", "--d-model", "0", "--out", "{new}"], "--d-model must be from 1 to 4096, got 0"),
+    (["train", "reverse", "--d-model", "30", "--heads", "4", "--out", "{new}"],
+     "--d-model 30 must be divisible by --heads 4"),
+    (["train", "reverse", "--dropout", "nan", "--out", "{new}"], "--dropout must be a finite number, got nan"),
+    (["train", "reverse", "--dropout", "1.5", "--out", "{new}"], "--dropout must be from 0.0 to 0.99, got 1.5"),
+    (["train", "reverse", "--dtype", "float16", "--out", "{new}"], "usage: argument --dtype: invalid choice"),
+    (["train", "reverse", "--norm", "middle", "--out", "{new}"], "usage: argument --norm: invalid choice"),
+    (["train", "reverse", "--epochs", "1_0", "--out", "{new}"], "usage: argument --epochs"),
+    (["train", "reverse", "--epochs", "0", "--out", "{new}"], "--epochs must be from 1 to 100000, got 0"),
+    (["train", "reverse", "--seed", "-1", "--out", "{new}"], "--seed must be from 0 to 4294967295, got -1"),
+    (["train", "reverse", "--accum", "0", "--out", "{new}"], "--accum must be from 1 to 1024, got 0"),
+    (["train", "reverse", "--clip", "-1", "--out", "{new}"], "--clip must be at least 0.0, got -1.0"),
+    (["train", "reverse", "--clip", "nan", "--out", "{new}"], "--clip must be a finite number, got nan"),
+    (["train", "reverse", "--lr-factor", "inf", "--out", "{new}"], "--lr-factor must be a finite number, got inf"),
+    (["train", "reverse", "--max-minutes", "-1", "--out", "{new}"], "--max-minutes must be at least 0.0, got -1.0"),
+    (["train", "reverse", "--n-symbols", "0", "--out", "{new}"], "--n-symbols must be from 1 to 10000, got 0"),
+    (["train", "reverse", "--min-len", "5", "--max-len", "3", "--out", "{new}"], "--max-len 3 is less than --min-len 5"),
+    (["train", "reverse", "--out", "{run}/history.json"], "is a file; expected a run directory"),
+    (["train", "reverse", "--resume", "--out", "{new}"], "--resume: --out {new} holds no run to continue"),
+    (["train", "translate", "--bpe-merges", "-1", "--out", "{new}"], "--bpe-merges must be from 0 to 1000000"),
+    (["train", "translate", "--max-number", "99", "--n-train", "200", "--out", "{new}"],
+     "--n-train + --n-val + --n-test is 1700 numbers; 0..--max-number 99 holds only 100"),
+    (["train", "translate", "--dataset", "wmt", "--out", "{new}"], "usage: argument --dataset: invalid choice"),
+    (["train", "sentiment", "--vocab-size", "3", "--out", "{new}"], "--vocab-size must be from 5 to 10000000, got 3"),
+    (["train", "sentiment", "--val-fraction", "1", "--out", "{new}"], "--val-fraction must be from 0.001 to 0.999"),
+    (["train", "nonsense"], "usage: argument TASK: invalid choice"),
+]
+
+
+@pytest.mark.parametrize("argv, message", BAD, ids=[" ".join(a[:2] + a[-2:-1]) + f"-{i}" for i, (a, _) in
+                                                     enumerate(BAD)])
+def test_bad_arguments_give_one_line_errors(run_dir, tmp_path, capsys, argv, message):
+    new = tmp_path / "new"
+    fill = {"{run}": str(run_dir), "{new}": str(new)}
+    for k, v in fill.items():
+        argv = [a.replace(k, v) for a in argv]
+        message = message.replace(k, v)
+    code, out, err = _run(argv, capsys)
+    assert code == 2 and "Traceback" not in err and out == ""
+    if message.startswith("usage: "):  # argparse: its usage, then one error line naming the argument
+        assert err.startswith("usage: ") and re.search(r": error: " + re.escape(message[7:]), err.splitlines()[-1])
+    else:
+        assert err.startswith("error: ") and len(err.splitlines()) == 1 and message in err
+    assert not new.exists()  # a command that fails to start creates nothing
+
+
+def test_errors_reach_the_terminal_without_a_traceback(run_dir):
+    """The same refusals from a real process: exit 2 and one line."""
+    for argv, line in ((["predict", "--checkpoint", str(run_dir), "3 99999999999999999999"],
+                        "error: unknown symbol '99999999999999999999': symbols are the integers 1..6"),
+                       (["train", "reverse", "--heads", "0", "--out", str(run_dir / "new")],
+                        "error: --heads must be from 1 to 256, got 0")):
+        r = subprocess.run([sys.executable, "-m", "numpytransformer", *argv], capture_output=True, text=True,
+                           timeout=120)
+        assert (r.returncode, r.stdout, r.stderr) == (2, "", line + "\n")

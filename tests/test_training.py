@@ -1,20 +1,34 @@
-"""The trainer learns, resumes exactly, and its checkpoints are safe."""
+"""The trainer learns, resumes exactly at epoch boundaries, stops on divergence, and its
+checkpoints are safe (atomic, checked, pickle-free)."""
+import dataclasses
 import json
 import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from numpytransformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from numpytransformer.tasks.reverse import ReversalTask, ReverseSettings
+import numpytransformer
+from numpytransformer.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_meta
+from numpytransformer.errors import NumpyTransformerError
+from numpytransformer.settings import ModelSettings
+from numpytransformer.tasks.reverse import ReversalTask, ReverseData
 from numpytransformer.trainer import TrainConfig, Trainer, without_timing
+
+DATA_FIELDS = {f.name for f in dataclasses.fields(ReverseData)}
 
 
 def _task(**kw):
-    s = dict(n_symbols=8, min_len=1, max_len=8, n_train=600, n_val=60, n_test=60, batch_size=64,
-             d_model=32, n_heads=4, n_layers=1, d_ff=64, dropout=0.1, seed=0)
+    """A tiny reversal task: keywords go to ReverseData or ModelSettings by name."""
+    s = dict(n_symbols=8, min_len=1, max_len=6, n_train=300, n_val=40, n_test=40, batch_size=64,
+             d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.1, seed=0)
     s.update(kw)
-    return ReversalTask(ReverseSettings(**s))
+    data = ReverseData(**{k: v for k, v in s.items() if k in DATA_FIELDS})
+    return ReversalTask(data, ModelSettings(**{k: v for k, v in s.items() if k not in DATA_FIELDS}))
 
 
 def _cfg(**kw):
@@ -31,25 +45,37 @@ def _losses(trainer):
     return [s["loss"] for s in trainer.history["steps"]]
 
 
+def _epochs(trainer):
+    return [without_timing(e) for e in trainer.history["epochs"]]
+
+
+def _same_weights(a, b):
+    for k, v in a.parameters().items():
+        np.testing.assert_array_equal(b.parameters()[k], v)
+
+
+# ---- learning ------------------------------------------------------------------------------
 def test_reversal_learns_in_seconds(tmp_path):
-    """A tiny model: the loss falls well below its start and accuracy beats chance (1/8) clearly."""
-    task = _task(n_train=3000, n_layers=2, dropout=0.0, max_len=6)
-    model = task.build_model()
-    trainer = Trainer(model, task, _cfg(epochs=6, warmup=60, label_smoothing=0.0), tmp_path, log=_quiet)
+    """The loss falls well below its start and the token accuracy beats chance (1/6) clearly
+    (measured: a loss ratio of 0.21 and an accuracy of 0.65, in 2 s)."""
+    task = _task(n_train=1000, n_symbols=6, max_len=5, dropout=0.0)
+    trainer = Trainer(task.build_model(), task, _cfg(epochs=6, warmup=40, lr_factor=2.0, label_smoothing=0.0),
+                      tmp_path, log=_quiet)
     metrics = trainer.fit()
     losses = _losses(trainer)
     assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:3])
-    assert metrics["token_accuracy"] > 0.4  # chance is 1/8 per token
+    assert metrics["token_accuracy"] > 0.45
     assert (tmp_path / "curves.png").stat().st_size > 0
     hist = json.loads((tmp_path / "history.json").read_text())
-    assert len(hist["epochs"]) == 6 and len(hist["steps"]) == len(losses)
+    assert len(hist["epochs"]) == 6 and len(hist["steps"]) == len(losses) == trainer.optimizer.t
 
 
 def test_tagger_learns(tmp_path):
-    task = _task(formulation="tagger", n_train=2000, n_layers=2, dropout=0.0, max_len=6)
-    model = task.build_model()
-    metrics = Trainer(model, task, _cfg(epochs=5, warmup=40, label_smoothing=0.0), tmp_path, log=_quiet).fit()
-    assert metrics["token_accuracy"] > 0.35
+    """Encoder only, a prediction per position (measured: accuracy 0.64, chance 1/6)."""
+    task = _task(formulation="tagger", n_train=1000, n_symbols=6, max_len=5, dropout=0.0)
+    metrics = Trainer(task.build_model(), task, _cfg(epochs=6, warmup=40, lr_factor=2.0, label_smoothing=0.0),
+                      tmp_path, log=_quiet).fit()
+    assert metrics["token_accuracy"] > 0.45
 
 
 def test_training_is_deterministic(tmp_path):
@@ -58,182 +84,144 @@ def test_training_is_deterministic(tmp_path):
         task = _task()
         trainer = Trainer(task.build_model(), task, _cfg(epochs=1), tmp_path / name, log=_quiet)
         trainer.fit()
-        runs.append(_losses(trainer))
-    assert runs[0] == runs[1]
-
-
-def _epochs(trainer):
-    return [without_timing(e) for e in trainer.history["epochs"]]
-
-
-@pytest.mark.parametrize("accum", [1, 3])  # 10 batches an epoch: with 3, the last group holds one
-def test_resume_reproduces_the_uninterrupted_losses(tmp_path, accum):
-    """Train 2 epochs straight; train 1, save, rebuild everything from disk, train 1 more: same losses."""
-    task = _task()
-    straight = Trainer(task.build_model(), task, _cfg(epochs=2, accum_steps=accum), tmp_path / "straight",
-                       log=_quiet)
-    straight.fit()
-
-    first = Trainer(task.build_model(), task, _cfg(epochs=1, accum_steps=accum), tmp_path / "resumed", log=_quiet)
-    first.fit()
-    task2 = _task()  # a fresh task and model, as a new process would build them
-    second = Trainer(task2.build_model(), task2, _cfg(epochs=2, accum_steps=accum), tmp_path / "resumed",
-                     log=_quiet)
-    second.resume()
-    second.fit()
-    assert _losses(second) == _losses(straight)
-    assert _epochs(second) == _epochs(straight)
-    for k, v in straight.model.parameters().items():
-        np.testing.assert_array_equal(second.model.parameters()[k], v)
-
-
-class _Interrupting:
-    """Wraps a task and raises KeyboardInterrupt at a given batch, as Ctrl-C would."""
-
-    def __init__(self, task, at_call):
-        self.task, self.at_call, self.calls = task, at_call, 0
-        self.selection_metric = task.selection_metric
-
-    def __getattr__(self, name):
-        return getattr(self.task, name)
-
-    def forward_backward(self, *a, **kw):
-        self.calls += 1
-        if self.calls == self.at_call:
-            raise KeyboardInterrupt
-        return self.task.forward_backward(*a, **kw)
-
-
-def test_resume_after_an_interrupt_mid_epoch(tmp_path):
-    task = _task()
-    straight = Trainer(task.build_model(), task, _cfg(accum_steps=2), tmp_path / "straight", log=_quiet)
-    straight.fit()
-
-    # Interrupt inside an accumulation group: the save rolls back to the last update.
-    wrapped = _Interrupting(_task(), at_call=6)
-    t1 = Trainer(wrapped.task.build_model(), wrapped, _cfg(accum_steps=2), tmp_path / "run", log=_quiet)
-    with pytest.raises(KeyboardInterrupt):
-        t1.fit()
-    task2 = _task()
-    t2 = Trainer(task2.build_model(), task2, _cfg(accum_steps=2), tmp_path / "run", log=_quiet)
-    t2.resume()
-    t2.fit()
-    assert _losses(t2) == _losses(straight)
-    assert _epochs(t2) == _epochs(straight)
-
-
-def test_ctrl_c_during_an_update_finishes_the_update_first(tmp_path, monkeypatch):
-    """SIGINT arriving inside Adam's step is held until the update is whole; the saved state
-    then resumes to exactly the uninterrupted run."""
-    import os
-    import signal
-
-    from numpytransformer.optim import Adam
-
-    task = _task()
-    straight = Trainer(task.build_model(), task, _cfg(), tmp_path / "straight", log=_quiet)
-    straight.fit()
-
-    real_step = Adam.step
-    calls = {"n": 0}
-
-    def step_with_ctrl_c(self, grads):
-        calls["n"] += 1
-        if calls["n"] == 4:
-            os.kill(os.getpid(), signal.SIGINT)  # arrives mid-update
-        return real_step(self, grads)
-
-    monkeypatch.setattr(Adam, "step", step_with_ctrl_c)
-    t1 = Trainer(_task().build_model(), _task(), _cfg(), tmp_path / "run", log=_quiet)
-    with pytest.raises(KeyboardInterrupt):
-        t1.fit()
-    assert t1.optimizer.t == 4  # the interrupted update was completed, not half-applied
-    monkeypatch.setattr(Adam, "step", real_step)
-    task2 = _task()
-    t2 = Trainer(task2.build_model(), task2, _cfg(), tmp_path / "run", log=_quiet)
-    t2.resume()
-    t2.fit()
-    assert _losses(t2) == _losses(straight)
-
-
-def test_checkpoint_round_trip_and_no_pickle(tmp_path):
-    task = _task()
-    model = task.build_model()
-    save_checkpoint(tmp_path / "ck", model, {"task": task.to_dict(), "step": 7})
-    files = sorted(p.name for p in (tmp_path / "ck").iterdir())
-    assert files == ["checkpoint.json", "weights-00000007.npz"]
-    with np.load(tmp_path / "ck" / files[1], allow_pickle=False) as z:
-        assert set(z.files) == set(model.parameters())
-    other = _task().build_model()
-    for p in other.parameters().values():
-        p[...] = 0
-    load_checkpoint(tmp_path / "ck", other)
-    for k, v in model.parameters().items():
-        np.testing.assert_array_equal(other.parameters()[k], v)
-
-
-def test_config_mismatch_is_a_clear_error(tmp_path):
-    model = _task().build_model()
-    save_checkpoint(tmp_path / "ck", model, {"step": 1})
-    bigger = _task(d_model=64).build_model()
-    with pytest.raises(CheckpointError, match="different config.*d_model"):
-        load_checkpoint(tmp_path / "ck", bigger)
-
-
-def test_damaged_weights_are_detected(tmp_path):
-    model = _task().build_model()
-    save_checkpoint(tmp_path / "ck", model, {"step": 1})
-    npz = next((tmp_path / "ck").glob("weights-*.npz"))
-    data = bytearray(npz.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    npz.write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match="damaged"):
-        load_checkpoint(tmp_path / "ck", _task().build_model())
-
-
-def test_an_interrupted_save_leaves_the_previous_checkpoint_whole(tmp_path, monkeypatch):
-    """Kill the save between writing the new arrays and renaming the new JSON."""
-    task = _task()
-    model = task.build_model()
-    save_checkpoint(tmp_path / "ck", model, {"step": 1})
-    before = {k: v.copy() for k, v in model.parameters().items()}
-    for p in model.parameters().values():
-        p += 1.0
-
-    real_replace = os.replace
-
-    def dying_replace(src, dst):
-        if str(dst).endswith("checkpoint.json"):
-            raise KeyboardInterrupt("power cut")
-        return real_replace(src, dst)
-
-    monkeypatch.setattr(os, "replace", dying_replace)
-    with pytest.raises(KeyboardInterrupt):
-        save_checkpoint(tmp_path / "ck", model, {"step": 2})
-    monkeypatch.setattr(os, "replace", real_replace)
-
-    fresh = _task().build_model()
-    doc = load_checkpoint(tmp_path / "ck", fresh)
-    assert doc["step"] == 1
-    for k, v in before.items():
-        np.testing.assert_array_equal(fresh.parameters()[k], v)
-    assert not list((tmp_path / "ck").glob("*.tmp"))
+        runs.append((_losses(trainer), trainer.model))
+    assert runs[0][0] == runs[1][0] and len(runs[0][0]) > 5
+    _same_weights(runs[0][1], runs[1][1])
 
 
 def test_translation_loss_falls_on_a_few_hundred_pairs(tmp_path):
     """The embedded number-words pair: a few hundred pairs, seconds of training."""
-    from numpytransformer.tasks.translate import TranslateSettings, TranslationTask
+    from numpytransformer.tasks.translate import TranslateData, TranslationTask
 
-    task = TranslationTask(TranslateSettings(dataset="numbers", n_train=400, n_val=40, n_test=40, max_number=999,
-                                             batch_tokens=400, d_model=32, n_heads=4, n_layers=1, d_ff=64,
-                                             dropout=0.0, min_freq=1))
-    model = task.build_model()
-    trainer = Trainer(model, task, _cfg(epochs=4, warmup=40, label_smoothing=0.0), tmp_path, log=_quiet)
-    trainer.fit()
+    task = TranslationTask(TranslateData(dataset="numbers", n_train=400, n_val=40, n_test=40, max_number=999,
+                                         batch_tokens=400, min_freq=1),
+                           ModelSettings(d_model=32, n_heads=4, n_layers=1, d_ff=64, dropout=0.0))
+    trainer = Trainer(task.build_model(), task, _cfg(epochs=4, warmup=40, label_smoothing=0.0), tmp_path, log=_quiet)
+    metrics = trainer.fit()
     losses = _losses(trainer)
     assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:3])
+    assert {"val_loss", "bleu", "sacrebleu"} <= set(metrics)
 
 
+# ---- exact resume at epoch boundaries ------------------------------------------------------------
+def _interrupt_at_log(prefix):
+    """A log callback that raises KeyboardInterrupt (once) at the first line starting with
+    ``prefix``, as Ctrl-C arriving while that line is written; every line is kept."""
+    lines, fired = [], []
+
+    def log(msg):
+        lines.append(msg)
+        if msg.startswith(prefix) and not fired:
+            fired.append(True)
+            raise KeyboardInterrupt
+
+    return log, lines
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """``straight(accum)``: a finished uninterrupted 3-epoch run (trained once per accum)."""
+    runs = {}
+
+    def get(accum):
+        if accum not in runs:
+            task = _task()
+            runs[accum] = Trainer(task.build_model(), task, _cfg(epochs=3, accum_steps=accum),
+                                  tmp_path_factory.mktemp("straight"), log=_quiet)
+            runs[accum].fit()
+        return runs[accum]
+
+    return get
+
+
+@pytest.mark.parametrize("accum, where", [(1, "log"), (2, "batches"), (2, "log")])
+def test_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch, straight, accum, where):
+    """Three epochs straight; then a run interrupted after epoch 1 (Ctrl-C in the epoch's log line,
+    or as epoch 2 fetches its batches), continued by a new task, model and trainer from last/:
+    the same losses, epoch records and weights, bit for bit. Dropout is on, so the saved
+    generator state matters; with accum 2 the 5 batches of an epoch make 3 updates, the last of one."""
+    straight = straight(accum)
+
+    task = _task()
+    log, lines = _interrupt_at_log("epoch 1 done")
+    if where == "batches":
+        real = task.train_batches
+
+        def batches(epoch):
+            if epoch == 1:
+                raise KeyboardInterrupt
+            return real(epoch)
+
+        monkeypatch.setattr(task, "train_batches", batches)
+        log = lines.append
+    first = Trainer(task.build_model(), task, _cfg(epochs=3, accum_steps=accum), tmp_path / "run", log=log)
+    with pytest.raises(KeyboardInterrupt):
+        first.fit()
+    assert lines[-1] == f"interrupted: {tmp_path / 'run' / 'last'} holds epoch 1; continue with --resume"
+    assert read_checkpoint_meta(tmp_path / "run" / "last", for_resume=True)["epoch"] == 1
+
+    task2 = _task()  # a new process builds everything again
+    second = Trainer(task2.build_model(), task2, _cfg(epochs=3, accum_steps=accum), tmp_path / "run", log=_quiet)
+    second.resume()
+    assert second.epoch == 1 and second.optimizer.t == straight.optimizer.t // 3
+    second.fit()
+    assert len(_losses(second)) == straight.optimizer.t and _losses(second) == _losses(straight)
+    assert _epochs(second) == _epochs(straight)
+    _same_weights(straight.model, second.model)
+    hist = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert [without_timing(e) for e in hist["epochs"]] == _epochs(straight)
+
+
+def test_ctrl_c_mid_epoch_leaves_last_at_the_last_finished_epoch(tmp_path, monkeypatch, straight):
+    """Ctrl-C in the middle of epoch 2: last/ still holds epoch 1 (nothing of epoch 2 is
+    saved), the note says how to continue, and resuming redoes epoch 2 from its start."""
+    straight = straight(1)
+    task = _task()
+    real, calls, n = task.train_step_loss, [], len(task.train_batches(0))
+
+    def step_loss(*a, **kw):
+        calls.append(1)
+        if len(calls) == n + 3:  # epoch 2, its third update
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(task, "train_step_loss", step_loss)
+    lines = []
+    first = Trainer(task.build_model(), task, _cfg(epochs=3), tmp_path / "run", log=lines.append)
+    with pytest.raises(KeyboardInterrupt):
+        first.fit()
+    assert lines[-1] == f"interrupted: {tmp_path / 'run' / 'last'} holds epoch 1; continue with --resume"
+    doc = read_checkpoint_meta(tmp_path / "run" / "last", for_resume=True)
+    assert doc["epoch"] == 1 and doc["step"] == n and len(doc["history"]["steps"]) == n
+
+    task2 = _task()
+    second = Trainer(task2.build_model(), task2, _cfg(epochs=3), tmp_path / "run", log=_quiet)
+    second.resume()
+    second.fit()
+    assert _losses(second) == _losses(straight)
+    _same_weights(straight.model, second.model)
+
+
+def test_ctrl_c_before_the_first_epoch_says_nothing_was_saved(tmp_path):
+    log, lines = _interrupt_at_log("")  # the very first line
+    task = _task()
+    trainer = Trainer(task.build_model(), task, _cfg(log_every=1), tmp_path / "run", log=log)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()
+    assert lines[-1] == "interrupted: no epoch was finished; continue with --resume"
+    assert not (tmp_path / "run" / "last").exists()
+
+
+def test_resume_refuses_other_task_settings(tmp_path):
+    task = _task()
+    Trainer(task.build_model(), task, _cfg(epochs=1), tmp_path, log=_quiet).fit()
+    other = _task(n_train=500)
+    with pytest.raises(NumpyTransformerError,
+                       match=r"cannot resume .*last: it was trained with other task settings \(data\)"):
+        Trainer(other.build_model(), other, _cfg(), tmp_path, log=_quiet).resume()
+
+
+# ---- the time budget and divergence ---------------------------------------------------------------
 def test_the_time_budget_stops_after_the_epoch_that_crosses_it(tmp_path):
     """A budget that the first epoch already uses up: training stops after it, and says so;
     when that epoch is the last anyway, nothing is said (nothing was cut short)."""
@@ -244,7 +232,200 @@ def test_the_time_budget_stops_after_the_epoch_that_crosses_it(tmp_path):
     assert len(trainer.history["epochs"]) == 1
     assert [line for line in lines if line.startswith("stopping:")] == [
         "stopping: the time budget of 1e-06 minutes is used up"]
+    assert read_checkpoint_meta(tmp_path / "cut" / "last")["epoch"] == 1
     lines.clear()
     trainer = Trainer(task.build_model(), task, _cfg(epochs=1, max_minutes=1e-6), tmp_path / "whole", log=lines.append)
     trainer.fit()
     assert len(trainer.history["epochs"]) == 1 and not any(line.startswith("stopping:") for line in lines)
+
+
+def test_a_non_finite_loss_stops_training_before_any_checkpoint(tmp_path, monkeypatch):
+    task = _task()
+    real = task.train_step_loss
+
+    def nan_at_step_3(model, batch, smoothing, calls=[]):
+        calls.append(1)
+        loss, n, dlogits = real(model, batch, smoothing)
+        return (float("nan") if len(calls) == 3 else loss), n, dlogits
+
+    monkeypatch.setattr(task, "train_step_loss", nan_at_step_3)
+    trainer = Trainer(task.build_model(), task, _cfg(), tmp_path, log=_quiet)
+    with pytest.raises(FloatingPointError, match="the loss became nan: training diverged"):
+        trainer.fit()
+    assert trainer.optimizer.t == 2  # the NaN update was not applied
+    assert not (tmp_path / "best").exists() and not (tmp_path / "last").exists()
+
+
+@pytest.mark.parametrize("bad", [{"exact_match": float("nan")}, {"val_loss": float("inf")}])
+def test_a_non_finite_validation_metric_stops_training_before_best(tmp_path, monkeypatch, bad):
+    """A diverged model can keep a finite accuracy: every number is checked before saving."""
+    task = _task()
+    real = task.validate
+    monkeypatch.setattr(task, "validate", lambda model: {**real(model), **bad})
+    trainer = Trainer(task.build_model(), task, _cfg(), tmp_path, log=_quiet)
+    name, value = next(iter(bad.items()))
+    with pytest.raises(FloatingPointError, match=f"{name} {value} after epoch 1: the model diverged"):
+        trainer.fit()
+    assert not (tmp_path / "best").exists() and not (tmp_path / "last").exists()
+    assert trainer.epoch == 0
+
+
+# ---- checkpoints ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A one-epoch tiny run: (its trainer, its run directory)."""
+    out = tmp_path_factory.mktemp("run")
+    task = _task()
+    trainer = Trainer(task.build_model(), task, _cfg(epochs=1), out, log=_quiet)
+    trainer.fit()
+    return trainer, out
+
+
+def test_checkpoint_round_trip_and_no_pickle(run):
+    trainer, out = run
+    step = trainer.optimizer.t
+    assert sorted(p.name for p in (out / "best").iterdir()) == ["checkpoint.json", f"weights-{step:08d}.npz"]
+    assert sorted(p.name for p in (out / "last").iterdir()) == ["checkpoint.json", f"optimizer-{step:08d}.npz",
+                                                                f"weights-{step:08d}.npz"]
+    for npz in list(out.glob("*/*.npz")):
+        with np.load(npz, allow_pickle=False) as z:  # pickled object arrays would fail here
+            assert all(z[k].dtype != object for k in z.files)
+    with np.load(out / "best" / f"weights-{step:08d}.npz", allow_pickle=False) as z:
+        assert set(z.files) == set(trainer.model.parameters())
+    other = _task().build_model()
+    for p in other.parameters().values():
+        p[...] = 0
+    doc = load_checkpoint(out / "best", other)
+    assert doc["step"] == step and doc["epoch"] == 1 and doc["task"] == trainer.task.to_dict()
+    _same_weights(trainer.model, other)
+
+
+def test_no_pickle_in_the_package():
+    """No module imports pickle (or a pickling library) or loads arrays with allow_pickle=True."""
+    root = Path(numpytransformer.__file__).parent
+    bad = re.compile(r"^\s*(import|from)\s+(pickle|cPickle|dill|joblib|shelve|marshal)\b|allow_pickle\s*=\s*True"
+                     r"|torch\.(save|load)\(", re.M)
+    found = [str(p.relative_to(root)) for p in root.rglob("*.py") if bad.search(p.read_text(encoding="utf-8"))]
+    assert found == [] and len(list(root.rglob("*.py"))) > 20
+
+
+def test_config_mismatch_is_a_clear_error(run, tmp_path):
+    bigger = _task(d_model=32).build_model()
+    with pytest.raises(CheckpointError, match=r"checkpoint\.json: field config differs from the model's \(d_model"):
+        load_checkpoint(run[1] / "best", bigger)
+
+
+def test_damaged_weights_are_detected(run, tmp_path):
+    import shutil
+
+    ck = tmp_path / "ck"
+    shutil.copytree(run[1] / "best", ck)
+    npz = next(ck.glob("weights-*.npz"))
+    data = bytearray(npz.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    npz.write_bytes(bytes(data))
+    model = _task().build_model()
+    before = {k: v.copy() for k, v in model.parameters().items()}
+    with pytest.raises(CheckpointError, match=f"{re.escape(str(npz))} is damaged \\(its checksum does not match"):
+        load_checkpoint(ck, model)
+    for k, v in before.items():  # a refused checkpoint leaves the model as it was
+        np.testing.assert_array_equal(model.parameters()[k], v)
+
+
+def _leftovers(path):
+    return sorted(p.name for p in Path(path).glob(".*.tmp"))
+
+
+def test_a_save_killed_mid_write_keeps_the_previous_checkpoint_and_its_leftover_goes(run, tmp_path, monkeypatch):
+    """The second atomic write of a save (the optimizer's .npz in last/) dies half-way, as a
+    SIGKILL would: its temporary file stays, nothing is cleaned up. The previous checkpoint
+    loads whole, and the leftover .tmp is removed by the next load, and by the next save."""
+    import tempfile
+
+    import numpytransformer.checkpoint as ckmod
+
+    trainer, out = run
+    real_write, calls = ckmod.atomic_write_bytes, []
+
+    def killed_on_second_write(path, data):
+        calls.append(path)
+        if len(calls) == 2:
+            fd, _ = tempfile.mkstemp(prefix=f".{Path(path).name}.", suffix=".tmp", dir=Path(path).parent)
+            os.write(fd, data[:len(data) // 2])
+            os.close(fd)
+            raise KeyboardInterrupt("killed")  # no cleanup runs after a SIGKILL
+        return real_write(path, data)
+
+    for kind in ("load", "save"):
+        run_dir = tmp_path / kind
+        import shutil
+
+        shutil.copytree(out, run_dir)
+        task = _task()
+        t = Trainer(task.build_model(), task, _cfg(epochs=2), run_dir, log=_quiet)
+        t.resume()
+        for p in t.model.parameters().values():
+            p += 1.0  # what the killed save would have written
+        t.optimizer.t += 1
+        calls.clear()
+        monkeypatch.setattr(ckmod, "atomic_write_bytes", killed_on_second_write)
+        with pytest.raises(KeyboardInterrupt):
+            t.save("last")
+        monkeypatch.setattr(ckmod, "atomic_write_bytes", real_write)
+        assert len(calls) == 2 and Path(calls[1]).name.startswith("optimizer-")
+        assert len(_leftovers(run_dir / "last")) == 1
+
+        if kind == "load":  # the next load finds the previous checkpoint whole, and tidies up
+            fresh = _task()
+            again = Trainer(fresh.build_model(), fresh, _cfg(epochs=2), run_dir, log=_quiet)
+            again.resume()
+            assert again.optimizer.t == trainer.optimizer.t and again.epoch == 1
+            _same_weights(trainer.model, again.model)
+        else:  # the next save tidies up too
+            t.save("last")
+            fresh = _task().build_model()
+            load_checkpoint(run_dir / "last", fresh)
+            _same_weights(t.model, fresh)
+            # The killed attempt's finished weights file is gone too: only what the JSON names stays.
+            doc = read_checkpoint_meta(run_dir / "last")
+            names = {f["name"] for f in doc["files"].values()}
+            assert sorted(p.name for p in (run_dir / "last").iterdir()) == sorted(names | {"checkpoint.json"})
+        assert _leftovers(run_dir / "last") == []
+
+
+def test_a_sigkill_during_a_save_keeps_the_previous_checkpoint(run, tmp_path):
+    """A real SIGKILL, in a child process, while the second file of a save is being written."""
+    import shutil
+
+    ck = tmp_path / "ck"
+    shutil.copytree(run[1] / "last", ck)
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_training import _task, _cfg, _quiet
+        from numpytransformer.checkpoint import load_checkpoint, save_checkpoint
+        from numpytransformer.optim import Adam, NoamSchedule
+        import numpytransformer.checkpoint as ckmod
+        task = _task(); model = task.build_model()
+        opt = Adam(model.parameters(), lr=NoamSchedule(16, 20, 1.0))
+        meta = load_checkpoint({str(ck)!r}, model, opt)
+        for p in model.parameters().values():
+            p += 1.0
+        calls = []
+        real_fsync = os.fsync
+        def fsync(fd):
+            calls.append(fd)
+            if len(calls) == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real_fsync(fd)
+        os.fsync = fsync
+        keep = {{k: meta[k] for k in ("task", "data", "train", "epoch", "best_score", "history")}}
+        save_checkpoint({str(ck)!r}, model, {{**keep, "step": meta["step"] + 5}}, opt)
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == -9, r.stderr
+    assert len(_leftovers(ck)) == 1  # the killed write's temporary file
+    model = _task().build_model()
+    assert load_checkpoint(ck, model)["step"] == run[0].optimizer.t
+    _same_weights(run[0].model, model)
+    assert _leftovers(ck) == []

@@ -56,6 +56,9 @@ class TranslateData:
 
     def __post_init__(self):
         check_fields(self)
+        if self.dataset == "numbers" and self.n_train + self.n_val + self.n_test > self.max_number + 1:
+            raise NumpyTransformerError(f"--n-train + --n-val + --n-test is {self.n_train + self.n_val + self.n_test} "
+                                        f"numbers; 0..--max-number {self.max_number} holds only {self.max_number + 1}")
         if self.batch_tokens is None:
             self.batch_tokens = 3000 if self.dataset == "multi30k" else 1000
 
