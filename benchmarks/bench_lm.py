@@ -133,7 +133,7 @@ def torch_side(args, train, val, vocab):
         opt.step()
         state["time"] += time.perf_counter() - t0
         state["it"] += 1
-        state["loss"] = float(loss)
+        state["loss"] = float(loss.detach())
         return state["it"] >= iters
 
     def evaluate():
@@ -150,18 +150,33 @@ def torch_side(args, train, val, vocab):
 
 
 # ---- our NumPy model ----------------------------------------------------------------------
-def numpy_side(args, train, val, vocab):
-    cfg = TransformerConfig(src_vocab_size=vocab, d_model=args.np_d, n_heads=args.np_heads, n_layers=args.np_layers,
-                            d_ff=args.np_ff, max_len=args.np_block, dropout=args.np_dropout, dtype="float32",
-                            seed=args.seed, norm_first=True, tie_embeddings=True, positions=args.np_positions)
+NP_DEFAULTS = dict(iters=10 ** 9, batch=12, block=64, d=128, heads=4, layers=4, ff=512, dropout=0.0,
+                   positions="learned", lr_factor=1.0, warmup=100)
+
+
+def parse_spec(text: str) -> dict:
+    """``"lr_factor=0.6 batch=32"`` -> the numpy side's settings (NP_DEFAULTS overridden)."""
+    spec = dict(NP_DEFAULTS)
+    for item in text.split():
+        key, value = item.split("=")
+        if key not in spec:
+            raise SystemExit(f"unknown numpy setting {key!r}: expected one of {', '.join(spec)}")
+        spec[key] = type(spec[key])(value) if not isinstance(spec[key], float) else float(value)
+    return spec
+
+
+def numpy_side(args, spec, train, val, vocab, time_limit):
+    cfg = TransformerConfig(src_vocab_size=vocab, d_model=spec["d"], n_heads=spec["heads"], n_layers=spec["layers"],
+                            d_ff=spec["ff"], max_len=spec["block"], dropout=spec["dropout"], dtype="float32",
+                            seed=args.seed, norm_first=True, tie_embeddings=True, positions=spec["positions"])
     model = TransformerLM(cfg).train()
     params, grads = model.parameters(), model.gradients()
-    opt = Adam(params, lr=NoamSchedule(args.np_d, args.np_warmup, args.np_lr_factor))
+    opt = Adam(params, lr=NoamSchedule(spec["d"], spec["warmup"], spec["lr_factor"]))
     rng = np.random.default_rng(args.seed + 2)
     state = {"it": 0, "time": 0.0, "loss": float("nan")}
 
     def step():
-        x, y = random_windows(train, args.np_block, args.np_batch, rng)
+        x, y = random_windows(train, spec["block"], spec["batch"], rng)
         t0 = time.perf_counter()
         loss, dlogits = cross_entropy(model.forward(x), y)
         model.backward(dlogits)
@@ -171,11 +186,11 @@ def numpy_side(args, train, val, vocab):
         state["time"] += time.perf_counter() - t0
         state["it"] += 1
         state["loss"] = float(loss)
-        return state["it"] >= args.np_iters or (args.np_seconds > 0 and state["time"] >= args.np_seconds)
+        return state["it"] >= spec["iters"] or state["time"] >= time_limit()
 
     def evaluate():
         model.eval()
-        x, y = val_windows(val, args.np_block)
+        x, y = val_windows(val, spec["block"])
         total = 0.0
         for i in range(0, len(x), 64):
             loss, _ = cross_entropy(model.forward(x[i:i + 64]), y[i:i + 64])
@@ -183,8 +198,7 @@ def numpy_side(args, train, val, vocab):
         model.train()
         return total / y.size
 
-    return state, step, evaluate, {"tokens_per_iter": args.np_batch * args.np_block, "iters": args.np_iters,
-                                   "model": model}
+    return state, step, evaluate, {"tokens_per_iter": spec["batch"] * spec["block"], "model": model}
 
 
 def main(argv=None):
@@ -194,18 +208,10 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--slice", type=float, default=5.0, help="seconds of one side before switching")
     p.add_argument("--sides", default="torch,numpy")
-    p.add_argument("--np-iters", type=int, default=2000)
-    p.add_argument("--np-seconds", type=float, default=0.0, help="stop our side after this much training (0: off)")
-    p.add_argument("--np-batch", type=int, default=12)
-    p.add_argument("--np-block", type=int, default=64)
-    p.add_argument("--np-d", type=int, default=128)
-    p.add_argument("--np-heads", type=int, default=4)
-    p.add_argument("--np-layers", type=int, default=4)
-    p.add_argument("--np-ff", type=int, default=512)
-    p.add_argument("--np-dropout", type=float, default=0.0)
-    p.add_argument("--np-positions", default="learned", choices=("learned", "sinusoidal"))
-    p.add_argument("--np-lr-factor", type=float, default=1.0)
-    p.add_argument("--np-warmup", type=int, default=100)
+    p.add_argument("--np", action="append", default=[],
+                   help='one numpy side, e.g. "lr_factor=0.6 batch=32 layers=2" (repeat for more; see NP_DEFAULTS)')
+    p.add_argument("--np-seconds", type=float, default=0.0,
+                   help="training time of each numpy side (0: the torch side's time, once it is done)")
     p.add_argument("--sample", type=int, default=300, help="characters sampled from our model at the end")
     args = p.parse_args(argv)
 
@@ -220,15 +226,25 @@ def main(argv=None):
           f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}")
     print("# " + " ".join(sys.argv))
     sides = {}
-    for name in args.sides.split(","):
-        make = torch_side if name == "torch" else numpy_side
-        sides[name] = make(args, train, val, len(chars))
+    if "torch" in args.sides.split(","):
+        sides["torch"] = torch_side(args, train, val, len(chars))
+
+    def time_limit():
+        if args.np_seconds > 0:
+            return args.np_seconds
+        torch_state = sides["torch"][0]
+        return torch_state["time"] if torch_state["it"] >= 2000 else float("inf")
+
+    specs = args.np or ([""] if "numpy" in args.sides.split(",") else [])
+    for i, text in enumerate(specs):
+        sides[f"numpy{i}"] = numpy_side(args, parse_spec(text), train, val, len(chars), time_limit)
+        print(f"# numpy{i}: {parse_spec(text)}")
     running = dict(sides)
-    while running:  # alternate slices until every side has done its iterations
+    while running:  # alternate slices until every side is done
         for name in list(running):
             state, step, _, info = running[name]
             end = time.perf_counter() + args.slice
-            done = False
+            done = step()
             while not done and time.perf_counter() < end:
                 done = step()
             print(f"{name:6s} it {state['it']:5d}  train loss {state['loss']:.3f}  time {state['time']:6.1f} s",
@@ -240,10 +256,10 @@ def main(argv=None):
         tok_s = state["it"] * info["tokens_per_iter"] / state["time"]
         print(f"RESULT {name:6s} iters {state['it']}  train time {state['time']:.1f} s  tokens/s {tok_s:,.0f}  "
               f"val loss {v:.4f} nats/char")
-    if "numpy" in sides and args.sample:
-        model = sides["numpy"][3]["model"].eval()
+    if "numpy0" in sides and args.sample:
+        model = sides["numpy0"][3]["model"].eval()
         ids = generate(model, [stoi["\n"]], args.sample, temperature=0.8, top_k=40, seed=0)
-        print("SAMPLE numpy (temperature 0.8, top-k 40):\n" + "".join(chars[i] for i in ids))
+        print("SAMPLE numpy0 (temperature 0.8, top-k 40):\n" + "".join(chars[i] for i in ids))
 
 
 if __name__ == "__main__":

@@ -157,7 +157,8 @@ class LanguageModelTask(Task):
                 "val_tokens": int(y.size), "val_chars": chars, "val_loss_per_token": nats / y.size}
 
     def validate(self, model) -> Dict[str, float]:
-        return self.val_loss(model)
+        m = self.val_loss(model)
+        return {k: m[k] for k in ("val_loss", "val_ppl", "neg_val_loss")}
 
     # ---- after training ------------------------------------------------------------------
     def test_report(self, model) -> Dict[str, float]:
