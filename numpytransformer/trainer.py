@@ -32,7 +32,9 @@ __all__ = ["TrainConfig", "Trainer", "plot_history", "without_timing"]
 @dataclass
 class TrainConfig:
     """Optimisation settings. The learning rate follows the Noam schedule
-    ``lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``."""
+    ``lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``, and over the last
+    ``cooldown`` of the ``epochs`` falls linearly to zero (a run cut short by ``max_minutes``
+    may stop before it does)."""
 
     epochs: int = option(10, "passes over the training data", low=1, high=100_000)
     lr_factor: float = option(1.0, "multiplier of the Noam schedule", low=1e-6, high=100.0)
@@ -42,6 +44,8 @@ class TrainConfig:
     accum_steps: int = option(1, "batches per update (gradient accumulation)", flag="--accum", low=1, high=1024)
     log_every: int = option(50, "updates between progress lines", low=1)
     max_minutes: float = option(0.0, "stop after the epoch that crosses this many minutes (0: no limit)", low=0.0)
+    cooldown: float = option(0.0, "share of the run's updates, at its end, over which the learning rate falls "
+                             "linearly to 0 (0: off)", low=0.0, high=1.0)
 
     def __post_init__(self):
         check_fields(self)
@@ -81,11 +85,21 @@ class Trainer:
     def __init__(self, model, task, cfg: TrainConfig, out_dir, log=None):
         self.model, self.task, self.cfg = model, task, cfg
         self.out_dir = Path(out_dir)
-        self.optimizer = Adam(model.parameters(), lr=NoamSchedule(model.cfg.d_model, cfg.warmup, cfg.lr_factor))
+        self.noam = NoamSchedule(model.cfg.d_model, cfg.warmup, cfg.lr_factor)
+        self.optimizer = Adam(model.parameters(), lr=self.learning_rate)
+        self.total_updates = cfg.epochs * -(-len(task.train_batches(0)) // cfg.accum_steps)
         self.history = {"steps": [], "epochs": []}
         self.epoch = 0  # epochs finished
         self.best_score = -np.inf
         self.log = log or (lambda msg: print(msg, file=sys.stdout, flush=True))
+
+    def learning_rate(self, step: int) -> float:
+        """Noam's rate, times a linear fall to zero over the last ``cooldown`` of the updates."""
+        if not self.cfg.cooldown:
+            return self.noam(step)
+        start = self.total_updates * (1 - self.cfg.cooldown)
+        fall = min(1.0, (self.total_updates + 1 - step) / (self.total_updates + 1 - start))
+        return self.noam(step) * max(fall, 0.0)
 
     # ---- the update ---------------------------------------------------------------------
     def train_step(self, group) -> tuple:
@@ -168,7 +182,7 @@ class Trainer:
         record.update(metrics)
         self.history["epochs"].append(record)
         score = metrics[self.task.selection_metric]
-        if score > self.best_score:
+        if score >= self.best_score:  # a tie goes to the later, longer-trained epoch
             self.save("best")
             self.best_score = score
         self.save("last")

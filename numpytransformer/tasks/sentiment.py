@@ -28,7 +28,7 @@ from ..datasets.imdb import clean_review, load_imdb, train_val_split
 from ..errors import NumpyTransformerError
 from ..models import TransformerClassifier
 from ..settings import ModelSettings, check_fields, option
-from ..attention import softmax
+from ..softmax import softmax
 from ..text import BPE, Tokenizer, Vocab
 from ..trainer import TrainConfig
 from .base import Task
