@@ -148,6 +148,8 @@ TASKS: Dict[str, str] = {
     "reverse": "numpytransformer.tasks.reverse:ReversalTask",
     "translate": "numpytransformer.tasks.translate:TranslationTask",
     "sentiment": "numpytransformer.tasks.sentiment:SentimentTask",
+    "sort": "numpytransformer.tasks.sort:SortTask",
+    "lm": "numpytransformer.tasks.lm:LanguageModelTask",
 }
 
 
@@ -169,6 +171,10 @@ def task_from_dict(d, data_dir: Optional[str] = None) -> Task:
     for key, kind in (("data", dict), ("model", dict), ("state", dict)):
         if not isinstance(d.get(key), kind):
             raise NumpyTransformerError(f"task.{key} must be a JSON object, got {type(d.get(key)).__name__}")
+    missing = [f"task.{key}.{f.name}" for key, c in (("data", cls.Data), ("model", ModelSettings))
+               for f in dataclasses.fields(c) if f.name not in d[key]]  # no silent defaults
+    if missing:
+        raise NumpyTransformerError(f"task settings are incomplete: {', '.join(missing)} missing")
     try:
         data, model = cls.Data(**d["data"]), ModelSettings(**d["model"])
     except TypeError as e:  # a field missing or unknown

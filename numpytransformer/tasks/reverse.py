@@ -22,7 +22,8 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 from ..config import TransformerConfig
-from ..datasets.reverse import ReverseTask, make_splits, seq2seq_batch, tagger_batch
+from ..datasets.batching import pad_batch
+from ..datasets.reverse import ReverseTask, make_splits
 from ..decoding import beam_search, greedy_decode
 from ..errors import NumpyTransformerError
 from ..metrics import sequence_metrics
@@ -38,7 +39,7 @@ PAD, BOS, EOS = 0, 1, 2
 
 @dataclass
 class ReverseData:
-    """What the reversal data is, and how it is batched."""
+    """What the sequences are, and how they are batched."""
 
     formulation: str = option("seq2seq", "encoder-decoder with BOS/EOS, or encoder-only per-position tagger",
                               choices=("seq2seq", "tagger"))
@@ -107,12 +108,19 @@ class ReversalTask(Task):
         bs = self.data.batch_size
         return [[train[i] for i in order[j:j + bs]] for j in range(0, len(order), bs)]
 
+    def target(self, seq: np.ndarray) -> np.ndarray:
+        """What the model must output for ``seq``: here its reversal (a subclass may change it)."""
+        return seq[::-1]
+
     def batch_arrays(self, seqs):
-        if self.data.formulation == "seq2seq":
-            src, tgt_in, tgt_out = seq2seq_batch(seqs, PAD, BOS, EOS)
-            return (src, tgt_in), tgt_out
-        x, y = tagger_batch(seqs, self.data.max_len, PAD)
-        return (x,), y
+        """seq2seq: ``((src, [BOS] + target), target + [EOS])``; tagger: ``((x,), target)``, padded to max_len."""
+        targets = [self.target(np.asarray(s)) for s in seqs]
+        if self.data.formulation == "tagger":
+            n = self.data.max_len
+            return (pad_batch(seqs, PAD, max_len=n),), pad_batch(targets, PAD, max_len=n)
+        tgt_in = pad_batch([np.concatenate([[BOS], t]) for t in targets], PAD)
+        tgt_out = pad_batch([np.concatenate([t, [EOS]]) for t in targets], PAD)
+        return (pad_batch(seqs, PAD), tgt_in), tgt_out
 
     def build_model(self):
         # seq2seq targets are BOS + reversed: one longer than the input; one position spare.
@@ -128,10 +136,10 @@ class ReversalTask(Task):
         for i in range(0, len(seqs), batch_size):
             chunk = seqs[i:i + batch_size]
             if self.data.formulation == "tagger":
-                pred = model.forward(tagger_batch(chunk, self.data.max_len, PAD)[0]).argmax(axis=-1)
+                pred = model.forward(pad_batch(chunk, PAD, max_len=self.data.max_len)).argmax(axis=-1)
                 out += [list(map(int, pred[j, :len(chunk[j])])) for j in range(len(chunk))]
                 continue
-            src, n = seq2seq_batch(chunk, PAD, BOS, EOS)[0], self.data.max_len + 1
+            src, n = pad_batch(chunk, PAD), self.data.max_len + 1
             out += (beam_search(model, src, max_len=n, beam_size=beam, bos_id=BOS, eos_id=EOS) if beam > 1
                     else greedy_decode(model, src, max_len=n, bos_id=BOS, eos_id=EOS))
         return out
@@ -139,7 +147,7 @@ class ReversalTask(Task):
     def metrics(self, model, seqs: Sequence[np.ndarray], beam: int = 1, by_length: bool = False) -> Dict[str, float]:
         """Token accuracy and exact match (and, ``by_length``, exact match at each length)."""
         preds = self.predict_ids(model, seqs, beam)
-        refs = [list(map(int, s[::-1])) for s in seqs]
+        refs = [list(map(int, self.target(s))) for s in seqs]
         out = sequence_metrics(preds, refs)
         if by_length:
             for L in sorted({len(s) for s in seqs}):
