@@ -133,14 +133,24 @@ def _check_fields(doc, js: Path, for_resume: bool) -> None:
     for kind in ("weights",) + (("optimizer",) if for_resume else ()):
         entry = doc["files"].get(kind)
         if not (isinstance(entry, dict) and isinstance(entry.get("name"), str) and isinstance(entry.get("sha256"), str)
-                and Path(entry["name"]).name == entry["name"]):
+                and Path(entry["name"]).name == entry["name"] and entry["name"].endswith(".npz")):
             raise CheckpointError(f"{js} is damaged: field files.{kind} must name a file in the checkpoint "
                                   "and its sha256")
     if for_resume:
-        history = doc["history"]
-        if not (isinstance(doc["optimizer"].get("t"), int) and isinstance(history.get("steps"), list)
-                and isinstance(history.get("epochs"), list)):
-            raise CheckpointError(f"{js} is damaged: fields optimizer.t and history.steps/epochs are needed to resume")
+        t, steps, epochs = doc["optimizer"].get("t"), doc["history"].get("steps"), doc["history"].get("epochs")
+        if not (_number(t) and t == doc["step"]):
+            raise CheckpointError(f"{js} is damaged: field optimizer.t must equal field step ({doc['step']}), got {t!r}")
+        # The records are read again when training goes on (curves.png): numbers, with the same keys in every epoch.
+        if not (isinstance(steps, list) and isinstance(epochs, list)
+                and all(isinstance(s, dict) and all(_number(s.get(k)) for k in ("step", "loss", "lr")) for s in steps)
+                and all(isinstance(e, dict) and all(map(_number, e.values())) and e.keys() == epochs[0].keys()
+                        for e in epochs)):
+            raise CheckpointError(f"{js} is damaged: field history must hold lists 'steps' and 'epochs' of records "
+                                  "of numbers")
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def read_checkpoint_meta(path, for_resume: bool = False) -> dict:
@@ -170,7 +180,7 @@ def _read_npz(path: Path, entry: dict) -> Dict[str, np.ndarray]:
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, AttributeError, KeyError) as e:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, AttributeError, KeyError, TypeError) as e:
         raise CheckpointError(f"checkpoint file {f} is not a readable .npz archive ({type(e).__name__})") from None
 
 
