@@ -1,28 +1,44 @@
-"""Time one training step of numpytransformer beside PyTorch, on the same batch.
+"""Time one training step of numpytransformer beside PyTorch at its best, phase by phase.
 
-One step, on both sides:
+One step, on every side, is timed in three phases (and their sum, the step):
 
-* numpytransformer (float32): ``model.forward(src, tgt_in)``,
-  ``cross_entropy(logits, tgt_out, pad_id=0, label_smoothing=0.1)``, ``model.zero_grad()``,
-  ``model.backward(dlogits)``, ``clip_grad_norm(grads, 1.0)``, ``Adam.step(grads)`` with
-  ``lr=NoamSchedule(d_model, 4000)``.
-* PyTorch (eager, float32): ``zero_grad(set_to_none=True)``, embeddings scaled by sqrt(D)
-  plus a fixed sinusoidal table, ``nn.Transformer(..., batch_first=True)`` with the three
-  key-padding masks and a causal ``tgt_mask``, ``nn.Linear(D, V)``,
-  ``F.cross_entropy(..., ignore_index=0, label_smoothing=0.1)``, ``loss.backward()``,
-  ``clip_grad_norm_(1.0)``, ``Adam(betas=(0.9, 0.98), eps=1e-9)`` and the same Noam schedule
-  through ``LambdaLR`` (base lr 1.0). ``nn.Transformer`` adds a final LayerNorm to each stack
-  that the post-LN numpy model has not; it costs little.
+* **forward**: the model's forward pass and the loss (label smoothing 0.1, padding ignored);
+* **backward**: ``zero_grad`` and the backward pass;
+* **optimiser**: clipping the global gradient norm to 1.0, then Adam with the Noam schedule.
 
-Each framework runs in its own subprocess (``--worker numpy|torch``), one after the other,
-so that its peak RSS is its own; both use ``--threads`` threads (default 2): PyTorch through
-``torch.set_num_threads``, NumPy's OpenBLAS through ``OPENBLAS_NUM_THREADS``.
+The sides:
+
+* ``numpy`` (float32): ``Transformer.forward``, ``cross_entropy``, ``zero_grad``, ``backward``,
+  ``clip_grad_norm``, ``Adam.step`` with ``NoamSchedule(d_model, 4000)``.
+* ``torch`` (eager, float32): embeddings scaled by sqrt(D) plus a fixed sinusoidal table,
+  ``nn.Transformer(..., batch_first=True)`` with the key-padding masks and a causal mask,
+  ``nn.Linear(D, V)``, ``F.cross_entropy(..., ignore_index=0, label_smoothing=0.1)``,
+  ``loss.backward()``, ``clip_grad_norm_(..., foreach=True)``,
+  ``Adam(betas=(0.9, 0.98), eps=1e-9, fused=True)`` (the fused CPU kernel), the same Noam
+  schedule through ``LambdaLR``, ``zero_grad(set_to_none=True)``.
+* ``compile``: the same PyTorch model and optimiser, with the forward and the loss in one
+  ``torch.compile``-d function (inductor; its backward is compiled by AOTAutograd).
+  ``nn.Transformer`` adds a final LayerNorm to each stack that the post-LN numpy model
+  has not; it costs little.
+
+Fairness on a shared machine: each side runs in its own long-lived worker process (its own
+thread pool, its own peak RSS), all with the same thread count (``OPENBLAS_NUM_THREADS`` /
+``OMP_NUM_THREADS`` and ``torch.set_num_threads``). After each side's warm-up (compilation
+included), the parent asks them in turn for a block of steps, A B C, then C B A, ... for
+``--rounds`` rounds, so that the machine's drift hits every side alike; a short pause
+between blocks lets a pool's spinning threads go to sleep. Reported: the median and the
+10th-90th percentile range of each phase over all steps, and the ratio numpy/torch as the
+median (and 10-90% range) of the per-round ratios of block medians, a paired estimate.
+The float32 GEMM peak (a 2048 x 2048 x 2048 ``a @ b``) is measured inside the numpy worker
+in every round too, so that the share of the peak that a step reaches compares two figures
+taken under the same load.
 
 Usage::
 
-    python benchmarks/bench_step.py                       # all three configurations
-    python benchmarks/bench_step.py --config medium --steps 20 --warmup 3 --json out.json
-    python benchmarks/bench_step.py --config translation --profile   # cProfile, numpy side
+    python benchmarks/bench_step.py                                # translation and reversal, 1 thread
+    python benchmarks/bench_step.py --threads 1 2 --rounds 15 --json benchmarks/results/bench_step.json
+    python benchmarks/bench_step.py --no-compile --config reversal  # skip torch.compile
+    python benchmarks/bench_step.py --config translation --profile   # cProfile of the numpy step
 """
 from __future__ import annotations
 
@@ -38,13 +54,14 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
 
-# numpy and torch are imported inside the workers only. The thread settings must be in the
-# environment before the import, and the parent must stay small: Linux carries a process's
-# ru_maxrss across exec into its children, so a parent that had imported torch would make
-# every worker report at least the parent's peak.
+# numpy and torch are imported inside the workers only: the thread settings must be in the
+# environment before the import, and the parent must stay small (Linux carries a process's
+# ru_maxrss across exec into its children).
 
 PAD, BOS, EOS, FIRST_ID = 0, 1, 2, 4
 MARKER = "@@RESULT@@ "
+PHASES = ("forward", "backward", "optimiser", "step")
+SIDES = ("numpy", "torch", "compile")
 
 
 @dataclass(frozen=True)
@@ -58,14 +75,18 @@ class BenchConfig:
     V: int
     B: int
     T: int
+    dropout: float = 0.1
+    norm_first: bool = False  # pre-LN (the reversal recipe) or post-LN (the paper)
     length_spread: int = 6  # lengths are uniform in [T - spread, T]
     max_len: int = 64
 
 
 CONFIGS: Dict[str, BenchConfig] = {
+    # The Multi30K translation model's size (d_ff 1024 as in issue 5's benchmark), post-LN.
     "translation": BenchConfig(D=256, L=3, H=8, F=1024, V=8000, B=64, T=24),
     "medium": BenchConfig(D=128, L=2, H=4, F=512, V=8000, B=64, T=24),
-    "reversal": BenchConfig(D=64, L=2, H=4, F=256, V=24, B=128, T=20),
+    # `train reverse`: d64, 2+2 layers, 4 heads, d_ff 256, pre-LN, no dropout, 24 symbols.
+    "reversal": BenchConfig(D=64, L=2, H=4, F=256, V=24, B=128, T=20, dropout=0.0, norm_first=True),
 }
 
 
@@ -141,80 +162,78 @@ def peak_rss_mb() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
-def median(xs: List[float]) -> float:
+def quantile(xs: List[float], q: float) -> float:
+    """The q-quantile by linear interpolation between order statistics (q=0.5: the median)."""
     s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (pos - lo) * (s[hi] - s[lo])
 
 
-def time_steps(step, steps: int, warmup: int) -> List[float]:
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    return times
+def median(xs: List[float]) -> float:
+    return quantile(xs, 0.5)
 
 
-def gemm_peak_gflops(matmul, n: int = 2048, reps: int = 5) -> float:
-    """GFLOP/s of the median of ``reps`` float32 (n, n) @ (n, n) products (after one warm-up)."""
+GEMM_N = 2048
+
+
+def gemm_times(matmul, reps: int = 3) -> List[float]:
+    """Seconds of ``reps`` float32 (n, n) @ (n, n) products, after one untimed one."""
     matmul()
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
         matmul()
         times.append(time.perf_counter() - t0)
-    return 2.0 * n ** 3 / median(times) / 1e9
+    return times
 
 
-# ---- workers: one framework, one configuration, one process ---------------------------------
+# ---- workers: one side, one configuration, one long-lived process ----------------------------
 def numpy_setup(c: BenchConfig):
-    """The model, the optimiser and a ``step()`` closure doing one full training step."""
+    """The model, and ``step()`` doing one training step and returning its phases' seconds."""
+    import numpy as np
+
     from numpytransformer import Adam, NoamSchedule, Transformer, TransformerConfig, clip_grad_norm
     from numpytransformer.losses import cross_entropy
 
     src, tgt_in, tgt_out = make_batch(c)
     model = Transformer(TransformerConfig(src_vocab_size=c.V, tgt_vocab_size=c.V, d_model=c.D, n_heads=c.H,
-                                          n_layers=c.L, d_ff=c.F, max_len=c.max_len, dropout=0.1, pad_id=PAD,
-                                          dtype="float32", seed=0))
+                                          n_layers=c.L, d_ff=c.F, max_len=c.max_len, dropout=c.dropout,
+                                          norm_first=c.norm_first, pad_id=PAD, dtype="float32", seed=0))
     opt = Adam(model.parameters(), lr=NoamSchedule(c.D, 4000))
     grads = model.gradients()
     losses = []
+    clock = time.perf_counter
 
     def step():
+        t0 = clock()
         logits = model.forward(src, tgt_in)
         loss, dlogits = cross_entropy(logits, tgt_out, pad_id=PAD, label_smoothing=0.1)
+        t1 = clock()
         model.zero_grad()
         model.backward(dlogits)
+        t2 = clock()
         clip_grad_norm(grads, 1.0)
         opt.step(grads)
+        t3 = clock()
         losses.append(loss)
+        return t1 - t0, t2 - t1, t3 - t2
 
-    return model, step, losses, (src, tgt_in, tgt_out)
+    def check_float32():
+        """Every parameter, gradient and optimiser moment, and the logits, stay float32."""
+        logits = model.forward(src, tgt_in)
+        arrays = {"logits": logits, **model.parameters(), **{"grad " + k: g for k, g in grads.items()},
+                  **opt.state_arrays()}
+        wrong = sorted(k for k, a in arrays.items() if a.dtype != np.float32)
+        if wrong:
+            raise AssertionError(f"not float32: {wrong[:5]}")
 
-
-def run_numpy_worker(c: BenchConfig, steps: int, warmup: int) -> dict:
-    import numpy as np
-
-    model, step, losses, batch = numpy_setup(c)
-    setup_rss = current_rss_mb()
-    times = time_steps(step, steps, warmup)
-    peak = peak_rss_mb()  # read before the GEMM test allocates its own 48 MB
-    a = np.random.default_rng(0).standard_normal((2048, 2048), dtype=np.float32)
-    b = np.random.default_rng(1).standard_normal((2048, 2048), dtype=np.float32)
-    peak_gflops = gemm_peak_gflops(lambda: a @ b)
-    blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-    return {"framework": "numpy", "times": times, "setup_rss_mb": setup_rss, "peak_rss_mb": peak,
-            "gemm_peak_gflops": peak_gflops, "n_params": model.num_parameters(),
-            "first_loss": losses[0], "last_loss": losses[-1], **batch_facts(batch),
-            "threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"), "version": np.__version__,
-            "library": f"numpy {np.__version__}, BLAS {blas.get('name')} {blas.get('version')}"}
+    return model, step, check_float32, losses, (src, tgt_in, tgt_out)
 
 
-def torch_setup(c: BenchConfig, threads: int):
-    """The PyTorch model and a ``step()`` closure doing one full training step."""
+def torch_setup(c: BenchConfig, threads: int, compiled: bool):
+    """The PyTorch model (eager or compiled) and ``step()`` returning its phases' seconds."""
     import math
 
     import torch
@@ -237,10 +256,10 @@ def torch_setup(c: BenchConfig, threads: int):
             pe[:, 0::2] = torch.sin(pos * inv_freq)
             pe[:, 1::2] = torch.cos(pos * inv_freq)
             self.register_buffer("pe", pe)
-            self.drop = nn.Dropout(0.1)
+            self.drop = nn.Dropout(c.dropout)
             self.transformer = nn.Transformer(d_model=c.D, nhead=c.H, num_encoder_layers=c.L,
-                                              num_decoder_layers=c.L, dim_feedforward=c.F, dropout=0.1,
-                                              batch_first=True)
+                                              num_decoder_layers=c.L, dim_feedforward=c.F, dropout=c.dropout,
+                                              batch_first=True, norm_first=c.norm_first)
             self.out = nn.Linear(c.D, c.V)
             self.scale = math.sqrt(c.D)
 
@@ -260,61 +279,108 @@ def torch_setup(c: BenchConfig, threads: int):
     src, tgt_in, tgt_out = (torch.from_numpy(x) for x in batch)
     model = TorchTransformer()
     model.train()
-    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    params = list(model.parameters())
+    opt = torch.optim.Adam(params, lr=1.0, betas=(0.9, 0.98), eps=1e-9, fused=True)
     # LambdaLR counts from 0; the Noam schedule counts updates from 1.
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: c.D ** -0.5 * min((s + 1) ** -0.5, (s + 1) * 4000 ** -1.5))
+
+    def forward_loss(src, tgt_in, tgt_out):
+        logits = model(src, tgt_in)
+        return F.cross_entropy(logits.reshape(-1, c.V), tgt_out.reshape(-1), ignore_index=PAD,
+                               label_smoothing=0.1)
+
+    if compiled:
+        forward_loss = torch.compile(forward_loss)
     losses = []
+    clock = time.perf_counter
 
     def step():
-        opt.zero_grad(set_to_none=True)
-        logits = model(src, tgt_in)
-        loss = F.cross_entropy(logits.reshape(-1, c.V), tgt_out.reshape(-1), ignore_index=PAD,
-                               label_smoothing=0.1)
+        t0 = clock()
+        loss = forward_loss(src, tgt_in, tgt_out)
+        t1 = clock()
         loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        t2 = clock()
+        nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
         opt.step()
         sched.step()
+        opt.zero_grad(set_to_none=True)
+        t3 = clock()
         losses.append(loss.item())
+        return t1 - t0, t2 - t1, t3 - t2
 
     return model, step, losses, batch
 
 
-def run_torch_worker(c: BenchConfig, steps: int, warmup: int, threads: int) -> dict:
-    import torch
-
-    model, step, losses, batch = torch_setup(c, threads)
-    setup_rss = current_rss_mb()
-    times = time_steps(step, steps, warmup)
-    peak = peak_rss_mb()
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-    peak_gflops = gemm_peak_gflops(lambda: a @ b)
-    blas = next((p.split("=", 1)[1] for p in torch.__config__.show().replace(",", "\n").split()
-                 if p.startswith("BLAS_INFO=")), "?")
-    return {"framework": "torch", "times": times, "setup_rss_mb": setup_rss, "peak_rss_mb": peak,
-            "gemm_peak_gflops": peak_gflops, "n_params": sum(p.numel() for p in model.parameters()),
-            "first_loss": losses[0], "last_loss": losses[-1], **batch_facts(batch),
-            "threads": str(torch.get_num_threads()), "version": torch.__version__,
-            "library": f"torch {torch.__version__}, BLAS {blas}"}
-
-
 def batch_facts(batch) -> dict:
-    """Token counts, and a checksum that shows both workers trained on the same batch."""
+    """Token counts, and a checksum that shows every worker trained on the same batch."""
     src, _, tgt_out = batch
     return {"batch_checksum": int(sum(int((x * (i + 7)).sum()) for i, x in enumerate(batch))),
             "source_tokens": int((src != PAD).sum()), "target_tokens": int((tgt_out != PAD).sum())}
 
 
 def worker_main(args) -> None:
+    """Set up, warm up, say READY; then serve ``steps K``, ``gemm`` and ``quit`` from stdin."""
     c = CONFIGS[args.config[0]]
-    if args.worker == "numpy":
-        result = run_numpy_worker(c, args.steps, args.warmup)
+    side = args.worker
+    t0 = time.perf_counter()
+    facts: dict = {"side": side}
+    if side == "numpy":
+        import numpy as np
+
+        model, step, check_float32, losses, batch = numpy_setup(c)
+        check_float32()
+        facts["n_params"] = model.num_parameters()
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        facts["library"] = f"numpy {np.__version__}, BLAS {blas.get('name')} {blas.get('version')}"
+        try:
+            import threadpoolctl  # optional: which OpenBLAS kernel runs, with how many threads
+
+            facts["threadpool"] = [{k: d.get(k) for k in ("internal_api", "version", "architecture",
+                                                          "num_threads", "threading_layer")}
+                                   for d in threadpoolctl.threadpool_info()]
+        except ImportError:
+            facts["threadpool"] = "threadpoolctl not installed"
+        a = np.random.default_rng(0).standard_normal((GEMM_N, GEMM_N), dtype=np.float32)
+        b = np.random.default_rng(1).standard_normal((GEMM_N, GEMM_N), dtype=np.float32)
+        out = np.empty_like(a)
+
+        def matmul():
+            np.matmul(a, b, out=out)
     else:
-        result = run_torch_worker(c, args.steps, args.warmup, args.threads)
-    print(MARKER + json.dumps(result), flush=True)
+        import torch
+
+        model, step, losses, batch = torch_setup(c, args.threads, compiled=side == "compile")
+        facts["n_params"] = sum(p.numel() for p in model.parameters())
+        blas = next((p.split("=", 1)[1] for p in torch.__config__.show().replace(",", "\n").split()
+                     if p.startswith("BLAS_INFO=")), "?")
+        facts["library"] = f"torch {torch.__version__}, BLAS {blas}" + (", torch.compile (inductor)"
+                                                                         if side == "compile" else "")
+        facts["threads"] = torch.get_num_threads()
+        matmul = None
+    facts.update(batch_facts(batch))
+    for _ in range(args.warmup):
+        step()
+    facts["setup_and_warmup_s"] = time.perf_counter() - t0
+    facts["setup_rss_mb"] = current_rss_mb()
+    print(MARKER + json.dumps(facts), flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd or cmd[0] == "quit":
+            break
+        if cmd[0] == "steps":
+            times = [step() for _ in range(int(cmd[1]))]
+            reply = {phase: [t[i] for t in times] for i, phase in enumerate(PHASES[:3])}
+        elif cmd[0] == "gemm":
+            reply = {"gemm_s": gemm_times(matmul) if matmul is not None else []}
+        else:
+            reply = {"error": f"unknown command {line!r}"}
+        print(MARKER + json.dumps(reply), flush=True)
+    print(MARKER + json.dumps({"peak_rss_mb": peak_rss_mb(), "first_loss": losses[0], "last_loss": losses[-1],
+                               "steps_run": len(losses)}), flush=True)
 
 
-# ---- the parent: launch the workers, summarise, print ----------------------------------------
+# ---- the parent: start the workers, interleave them, summarise --------------------------------
 def thread_env(threads: int) -> Dict[str, str]:
     env = dict(os.environ)
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -322,27 +388,146 @@ def thread_env(threads: int) -> Dict[str, str]:
     return env
 
 
-def run_worker(framework: str, config: str, args) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", framework, "--config", config,
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads)]
-    proc = subprocess.run(cmd, env=thread_env(args.threads), stdout=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"the {framework} worker for {config!r} failed (exit {proc.returncode}): {' '.join(cmd)}")
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARKER)]
-    if not lines:
-        raise RuntimeError(f"the {framework} worker for {config!r} printed no result:\n{proc.stdout}")
-    return json.loads(lines[-1][len(MARKER):])
+class Worker:
+    """One side's process, spoken to line by line."""
+
+    def __init__(self, side: str, config: str, threads: int, warmup: int):
+        self.side = side
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", side, "--config", config,
+               "--warmup", str(warmup), "--threads", str(threads)]
+        self.proc = subprocess.Popen(cmd, env=thread_env(threads), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, bufsize=1)
+        self.facts = self._read()
+
+    def _read(self) -> dict:
+        for line in self.proc.stdout:
+            if line.startswith(MARKER):
+                return json.loads(line[len(MARKER):])
+        raise RuntimeError(f"the {self.side} worker ended without a result (exit {self.proc.wait()})")
+
+    def ask(self, command: str) -> dict:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> dict:
+        final = self.ask("quit")
+        self.proc.wait()
+        return final
 
 
-def summarise(name: str, r: dict, flops: float) -> dict:
-    med, best, tokens = median(r["times"]), min(r["times"]), r["target_tokens"]
-    achieved = flops / med / 1e9
-    return {"config": name, "framework": r["framework"], "median_s": med, "min_s": best,
-            "target_tokens": tokens, "tokens_per_s": tokens / med, "achieved_gflops": achieved,
-            "gemm_peak_gflops": r["gemm_peak_gflops"], "share_of_peak": achieved / r["gemm_peak_gflops"],
-            "setup_rss_mb": r["setup_rss_mb"], "peak_rss_mb": r["peak_rss_mb"],
-            "n_params": r["n_params"], "first_loss": r["first_loss"], "last_loss": r["last_loss"],
-            "threads": r["threads"], "library": r["library"], "times_s": r["times"]}
+def spread(xs: List[float]) -> dict:
+    return {"median": median(xs), "p10": quantile(xs, 0.1), "p90": quantile(xs, 0.9), "min": min(xs), "n": len(xs)}
+
+
+def run_config(name: str, threads: int, sides: List[str], args) -> dict:
+    """Start the sides one after another (warm-ups never overlap), then interleave them."""
+    c = CONFIGS[name]
+    flops = train_step_flops(c)
+    print(f"[{name}, {threads} thread{'s' * (threads > 1)}] D={c.D} L={c.L}+{c.L} H={c.H} F={c.F} V={c.V} "
+          f"batch {c.B}x{c.T}, {'pre' if c.norm_first else 'post'}-LN, dropout {c.dropout}: "
+          f"{flops / 1e9:.2f} GFLOP of matmuls per step", flush=True)
+    workers: Dict[str, Worker] = {}
+    errors: Dict[str, str] = {}
+    for side in sides:
+        try:
+            workers[side] = Worker(side, name, threads, args.warmup)
+        except RuntimeError as e:
+            errors[side] = str(e)
+            print(f"    {side}: FAILED: {e}", flush=True)
+            continue
+        f = workers[side].facts
+        print(f"    {side:<8} ready after {f['setup_and_warmup_s']:.1f} s ({args.warmup} warm-up steps); "
+              f"{f['library']}", flush=True)
+    if len({w.facts["batch_checksum"] for w in workers.values()}) > 1:
+        raise RuntimeError(f"the workers of {name!r} did not train on the same batch")
+    order = [s for s in sides if s in workers]
+    times = {s: {p: [] for p in PHASES} for s in order}
+    blocks = {s: [] for s in order}  # per round: the block's median step
+    gemm: List[float] = []
+    load = [os.getloadavg()[0]]
+    for r in range(args.rounds):
+        if "numpy" in workers:
+            gemm += workers["numpy"].ask("gemm")["gemm_s"]
+            time.sleep(args.pause)
+        for side in (order if r % 2 == 0 else order[::-1]):
+            reply = workers[side].ask(f"steps {args.block}")
+            steps = [sum(t) for t in zip(*(reply[p] for p in PHASES[:3]))]
+            for p in PHASES[:3]:
+                times[side][p] += reply[p]
+            times[side]["step"] += steps
+            blocks[side].append(median(steps))
+            time.sleep(args.pause)
+        load.append(os.getloadavg()[0])
+        print(f"    round {r + 1}/{args.rounds}: " + ", ".join(f"{s} {1e3 * blocks[s][-1]:.1f} ms" for s in order),
+              flush=True)
+    finals = {s: w.close() for s, w in workers.items()}
+    result = {"config": name, "threads": threads, "flops_per_step": flops, "errors": errors,
+              "loadavg_1min_during": {"min": min(load), "max": max(load), "samples": load}, "sides": {}}
+    for s in order:
+        result["sides"][s] = {**workers[s].facts, **finals[s], "phases_s": {p: spread(times[s][p]) for p in PHASES},
+                              "block_median_step_s": blocks[s], "raw_s": times[s]}
+    if gemm:
+        g = [2.0 * GEMM_N ** 3 / t / 1e9 for t in gemm]
+        result["gemm_gflops"] = {"median": median(g), "p10": quantile(g, 0.1), "p90": quantile(g, 0.9),
+                                 "max": max(g), "n": len(g)}
+        step = result["sides"]["numpy"]["phases_s"]["step"]["median"]
+        result["numpy_gflops"] = flops / step / 1e9
+        result["share_of_gemm_peak"] = result["numpy_gflops"] / result["gemm_gflops"]["median"]
+    # Paired ratios: in each round, numpy's block median over the other side's.
+    result["ratios"] = {}
+    if "numpy" in times:
+        for other in order:
+            if other == "numpy":
+                continue
+            per_phase = {}
+            for p in PHASES + ("forward+backward",):
+                def series(side):
+                    if p == "forward+backward":
+                        return [a + b for a, b in zip(times[side]["forward"], times[side]["backward"])]
+                    return times[side][p]
+                a, b = series("numpy"), series(other)
+                k = args.block
+                paired = [median(a[i:i + k]) / median(b[i:i + k]) for i in range(0, len(a), k)]
+                per_phase[p] = {"median_of_medians": median(a) / median(b), "paired_median": median(paired),
+                                "paired_p10": quantile(paired, 0.1), "paired_p90": quantile(paired, 0.9)}
+            result["ratios"][f"numpy/{other}"] = per_phase
+    return result
+
+
+def print_result(res: dict) -> None:
+    sides = list(res["sides"])
+    print(f"\n{res['config']}, {res['threads']} thread(s); load average (1 min) during the run "
+          f"{res['loadavg_1min_during']['min']:.2f}-{res['loadavg_1min_during']['max']:.2f}")
+    head = f"{'phase':<17}" + "".join(f"{s + ' ms (p10-p90)':>26}" for s in sides) + \
+        "".join(f"{'numpy/' + s:>22}" for s in sides if s != "numpy")
+    print(head)
+    print("-" * len(head))
+    for p in PHASES + ("forward+backward",):
+        row = f"{p:<17}"
+        for s in sides:
+            if p == "forward+backward":
+                row += f"{'':>26}"
+                continue
+            st = res["sides"][s]["phases_s"][p]
+            row += f"{1e3 * st['median']:>11.1f} ({1e3 * st['p10']:6.1f}-{1e3 * st['p90']:6.1f})"
+        for s in sides:
+            if s == "numpy":
+                continue
+            r = res["ratios"][f"numpy/{s}"][p]
+            row += f"{r['paired_median']:>9.2f} ({r['paired_p10']:.2f}-{r['paired_p90']:.2f})"
+        print(row)
+    if "gemm_gflops" in res:
+        g = res["gemm_gflops"]
+        print(f"float32 GEMM {GEMM_N}^3 (numpy): median {g['median']:.1f} GFLOP/s (p10-p90 {g['p10']:.1f}-"
+              f"{g['p90']:.1f}, best {g['max']:.1f}); the numpy step: {res['numpy_gflops']:.1f} GFLOP/s = "
+              f"{100 * res['share_of_gemm_peak']:.1f}% of the median peak")
+    for s in sides:
+        f = res["sides"][s]
+        print(f"{s}: {f['n_params']:,} parameters, loss {f['first_loss']:.3f} -> {f['last_loss']:.3f} over "
+              f"{f['steps_run']} steps, setup RSS {f['setup_rss_mb']:.0f} MB, peak RSS {f['peak_rss_mb']:.0f} MB")
+    for s, e in res["errors"].items():
+        print(f"{s}: FAILED: {e}")
 
 
 def machine_facts() -> dict:
@@ -357,115 +542,81 @@ def machine_facts() -> dict:
             "processor": platform.processor(), "cpu_model": cpu, "machine": platform.machine(),
             "cpu_count": os.cpu_count(), "platform": platform.platform(),
             "python": platform.python_version(),
-            "loadavg_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+            "loadavg_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+            "openblas_env": {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}}
 
 
-def print_table(rows: List[dict]) -> None:
-    head = (f"{'config':<12} {'framework':<6} {'median ms':>10} {'min ms':>9} {'np/torch':>8} {'tgt tok/s':>10} "
-            f"{'GFLOP/s':>8} {'peak':>7} {'share':>6} {'RSS setup MB':>12} {'peak RSS MB':>11}")
-    print(head)
-    print("-" * len(head))
-    by_config: Dict[str, Dict[str, dict]] = {}
-    for r in rows:
-        by_config.setdefault(r["config"], {})[r["framework"]] = r
-    for r in rows:
-        pair = by_config[r["config"]]
-        ratio = (f"{pair['numpy']['median_s'] / pair['torch']['median_s']:8.2f}"
-                 if r["framework"] == "numpy" and "torch" in pair else f"{'':8}")
-        print(f"{r['config']:<12} {r['framework']:<6} {1e3 * r['median_s']:10.1f} {1e3 * r['min_s']:9.1f} {ratio} "
-              f"{r['tokens_per_s']:10.0f} {r['achieved_gflops']:8.1f} {r['gemm_peak_gflops']:7.1f} "
-              f"{100 * r['share_of_peak']:5.1f}% {r['setup_rss_mb']:12.0f} {r['peak_rss_mb']:11.0f}")
-
-
-def profile_numpy(name: str, threads: int) -> None:
-    """cProfile over 5 numpy steps (after one warm-up), the top 20 functions by own time."""
+def profile_numpy(name: str, threads: int, steps: int = 5, top: int = 25) -> None:
+    """cProfile over ``steps`` numpy steps (after one warm-up), the top functions by own time."""
     import cProfile
     import pstats
 
     os.environ.update({k: v for k, v in thread_env(threads).items() if k.endswith("_NUM_THREADS")})
-    _, step, _, _ = numpy_setup(CONFIGS[name])
+    _, step, _, _, _ = numpy_setup(CONFIGS[name])
     step()
     prof = cProfile.Profile()
     prof.enable()
-    for _ in range(5):
+    for _ in range(steps):
         step()
     prof.disable()
-    print(f"== cProfile of 5 numpy training steps, config {name} ({CONFIGS[name]}), top 20 by tottime ==")
-    pstats.Stats(prof).sort_stats("tottime").print_stats(20)
+    print(f"== cProfile of {steps} numpy training steps, config {name} ({CONFIGS[name]}), "
+          f"{threads} thread(s), top {top} by tottime ==")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(top)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", action="append", choices=sorted(CONFIGS),
-                   help="configuration to run; repeat for several (default: all three)")
-    p.add_argument("--steps", type=int, default=20, help="measured steps (default %(default)s)")
-    p.add_argument("--warmup", type=int, default=3, help="warm-up steps, not measured (default %(default)s)")
-    p.add_argument("--threads", type=int, default=2,
-                   help="threads of both frameworks (torch.set_num_threads, OPENBLAS_NUM_THREADS; default %(default)s)")
-    p.add_argument("--framework", action="append", choices=["numpy", "torch"],
-                   help="run only this framework (default: both)")
+                   help="configuration to run; repeat for several (default: translation and reversal)")
+    p.add_argument("--threads", type=int, nargs="+", default=[1],
+                   help="thread counts to run, each side pinned to it (default %(default)s)")
+    p.add_argument("--rounds", type=int, default=10, help="interleaved rounds (default %(default)s)")
+    p.add_argument("--block", type=int, default=3, help="steps per side per round (default %(default)s)")
+    p.add_argument("--warmup", type=int, default=3, help="warm-up steps per side (default %(default)s)")
+    p.add_argument("--pause", type=float, default=0.2, help="seconds of rest between blocks (default %(default)s)")
+    p.add_argument("--side", action="append", choices=SIDES, help="run only this side; repeat (default: all)")
+    p.add_argument("--no-compile", action="store_true", help="leave out the torch.compile side")
     p.add_argument("--json", metavar="PATH", help="write the results and the machine's facts here")
     p.add_argument("--profile", action="store_true",
-                   help="instead of timing, cProfile 5 numpy steps of each chosen config (top 20 by tottime)")
-    p.add_argument("--worker", choices=["numpy", "torch"], help=argparse.SUPPRESS)
+                   help="instead of timing, cProfile 5 numpy steps of each chosen config")
+    p.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     return p
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    args.config = args.config or list(CONFIGS)
-    if args.steps < 1 or args.warmup < 0:
-        raise SystemExit("--steps must be at least 1 and --warmup at least 0")
+    args.config = args.config or ["translation", "reversal"]
+    if args.rounds < 1 or args.block < 1 or args.warmup < 1:
+        raise SystemExit("--rounds, --block and --warmup must be at least 1")
     if args.worker:
+        args.threads = args.threads[0]
         worker_main(args)
         return 0
     if args.profile:
         for name in args.config:
-            profile_numpy(name, args.threads)
+            profile_numpy(name, args.threads[0])
         return 0
-
+    sides = args.side or [s for s in SIDES if not (s == "compile" and args.no_compile)]
     facts = machine_facts()
-    frameworks = args.framework or ["numpy", "torch"]
     print(f"{facts['cpu_model'] or facts['processor']}, {facts['cpu_count']} CPUs, load average "
-          f"{facts['loadavg_at_start'][0]:.2f}; {args.threads} threads per framework; "
-          f"{args.warmup} warm-up + {args.steps} measured steps", flush=True)
-    if facts["loadavg_at_start"] and facts["loadavg_at_start"][0] > 0.5 * (facts["cpu_count"] or 1):
-        print("warning: the machine is busy; with other processes on the cores, multi-threaded BLAS "
-              "steps can be many times slower than on an idle machine: these timings are not final", flush=True)
-    rows, libraries = [], {}
-    for name in args.config:
-        c = CONFIGS[name]
-        flops = train_step_flops(c)
-        print(f"[{name}] D={c.D} L={c.L}+{c.L} H={c.H} F={c.F} V={c.V} batch {c.B}x{c.T}: "
-              f"{flops / 1e9:.2f} GFLOP of matmuls per step", flush=True)
-        results = {}
-        for fw in frameworks:  # one after the other, never concurrently
-            results[fw] = r = run_worker(fw, name, args)
-            libraries[fw] = r["library"]
-            facts[fw] = r["version"]
-            rows.append(summarise(name, r, flops))
-            print(f"    {fw:<5} params {r['n_params']:,}  loss {r['first_loss']:.3f} -> {r['last_loss']:.3f}  "
-                  f"median {1e3 * median(r['times']):.1f} ms  ({r['target_tokens']} target, "
-                  f"{r['source_tokens']} source tokens)", flush=True)
-        if len({r["batch_checksum"] for r in results.values()}) > 1:
-            raise RuntimeError(f"the workers of {name!r} did not train on the same batch")
-    print()
-    for fw, lib in libraries.items():
-        print(f"{fw}: {lib}")
-    print("tokens/s counts the non-pad target tokens; GFLOP/s = 3 x forward matmul FLOPs / median step; "
-          "peak = float32 2048x2048 GEMM of the same library in the same process; "
-          "RSS setup = after imports and model construction, peak RSS = ru_maxrss after training.")
-    print()
-    print_table(rows)
+          f"{' '.join(f'{x:.2f}' for x in facts['loadavg_at_start'])}; threads {args.threads}; "
+          f"{args.rounds} rounds of {args.block} steps per side, sides {sides}", flush=True)
+    results = []
+    for threads in args.threads:
+        for name in args.config:
+            res = run_config(name, threads, sides, args)
+            print_result(res)
+            results.append(res)
+    facts["loadavg_at_end"] = list(os.getloadavg())
+    print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in facts['loadavg_at_end'])}")
     if args.json:
-        doc = {"machine": facts, "libraries": libraries,
-               "settings": {"steps": args.steps, "warmup": args.warmup, "threads": args.threads,
-                            "torch_lr": "Noam schedule via LambdaLR (d_model^-0.5, warmup 4000)"},
-               "configs": {n: asdict(CONFIGS[n]) for n in args.config}, "results": rows}
+        doc = {"machine": facts, "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+               "settings": {k: getattr(args, k) for k in ("rounds", "block", "warmup", "pause", "threads")},
+               "configs": {n: asdict(CONFIGS[n]) for n in args.config}, "results": results}
         with open(args.json, "w") as f:
-            json.dump(doc, f, indent=2)
-        print(f"\nwrote {args.json}")
+            json.dump(doc, f, indent=1)
+        print(f"wrote {args.json}")
     return 0
 
 
