@@ -146,7 +146,10 @@ def cmd_predict(args) -> None:
     lines = _read_inputs(args.text)
     if args.text is not None and not args.text.strip():
         raise NumpyTransformerError("the input is empty: give some text, or none to read lines from stdin")
-    for out in task.predict(model, lines, beam=args.beam):
+    outs = task.predict(model, lines, beam=args.beam)
+    if args.text is not None and not outs[0]:  # stdin keeps its empty lines; one given text must say something
+        raise NumpyTransformerError("the input has no words once cleaned (tags, HTML entities and spaces removed)")
+    for out in outs:
         print(out)
 
 
