@@ -167,23 +167,23 @@ def test_resume_continues_and_refuses_changed_model_or_data_flags(run_dir, tmp_p
 
 def test_ctrl_c_says_how_to_resume(tmp_path, capsys, monkeypatch):
     """Ctrl-C during epoch 2: exit 130, the note names last/ at epoch 1, and --resume finishes."""
-    from numpytransformer.tasks.base import Task
+    from numpytransformer.trainer import Trainer
 
-    real, calls = Task.train_step_loss, []
+    real, fired = Trainer.train_step, []
 
-    def interrupted(self, *a, **kw):
-        calls.append(1)
-        if len(calls) == 8:  # 5 updates an epoch: inside epoch 2
+    def interrupted(self, group):
+        if self.epoch == 1 and not fired:  # the first update of epoch 2
+            fired.append(True)
             raise KeyboardInterrupt
-        return real(self, *a, **kw)
+        return real(self, group)
 
-    monkeypatch.setattr(Task, "train_step_loss", interrupted)
+    monkeypatch.setattr(Trainer, "train_step", interrupted)
     out = tmp_path / "run"
     code, shown, err = _run(TINY + ["--epochs", "2", "--out", str(out)], capsys)
     assert (code, err) == (130, "interrupted\n")
     assert f"interrupted: {out / 'last'} holds epoch 1; continue with --resume\n" in shown
     assert json.loads((out / "last" / "checkpoint.json").read_text())["epoch"] == 1
-    monkeypatch.setattr(Task, "train_step_loss", real)
+    assert fired
     assert _run(["train", "reverse", "--resume", "--out", str(out)], capsys)[0] == 0
     assert json.loads((out / "last" / "checkpoint.json").read_text())["epoch"] == 2
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import numpytransformer
+import numpytransformer.trainer as trainer_module
 from numpytransformer.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_meta
 from numpytransformer.errors import NumpyTransformerError
 from numpytransformer.settings import ModelSettings
@@ -20,6 +21,13 @@ from numpytransformer.tasks.reverse import ReversalTask, ReverseData
 from numpytransformer.trainer import TrainConfig, Trainer, without_timing
 
 DATA_FIELDS = {f.name for f in dataclasses.fields(ReverseData)}
+REAL_PLOT = trainer_module.plot_history
+
+
+@pytest.fixture(autouse=True)
+def _no_curves(monkeypatch):
+    """Drawing curves.png costs 0.4 s a run: only the test that looks at it draws it."""
+    monkeypatch.setattr(trainer_module, "plot_history", lambda *a, **kw: None)
 
 
 def _task(**kw):
@@ -55,9 +63,10 @@ def _same_weights(a, b):
 
 
 # ---- learning ------------------------------------------------------------------------------
-def test_reversal_learns_in_seconds(tmp_path):
+def test_reversal_learns_in_seconds(tmp_path, monkeypatch):
     """The loss falls well below its start and the token accuracy beats chance (1/6) clearly
     (measured: a loss ratio of 0.21 and an accuracy of 0.65, in 2 s)."""
+    monkeypatch.setattr(trainer_module, "plot_history", REAL_PLOT)
     task = _task(n_train=1000, n_symbols=6, max_len=5, dropout=0.0)
     trainer = Trainer(task.build_model(), task, _cfg(epochs=6, warmup=40, lr_factor=2.0, label_smoothing=0.0),
                       tmp_path, log=_quiet)
@@ -181,7 +190,7 @@ def test_ctrl_c_mid_epoch_leaves_last_at_the_last_finished_epoch(tmp_path, monke
 
     def step_loss(*a, **kw):
         calls.append(1)
-        if len(calls) == n + 3:  # epoch 2, its third update
+        if len(calls) == n + 3:  # epoch 1 took n calls and its validation one more: epoch 2, update 2
             raise KeyboardInterrupt
         return real(*a, **kw)
 
