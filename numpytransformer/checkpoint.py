@@ -50,6 +50,8 @@ def atomic_write_bytes(path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same directory and a rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a save that was killed
+        stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
