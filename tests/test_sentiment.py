@@ -167,8 +167,8 @@ def test_cli_bad_options_fail_early_and_write_nothing(tmp_path, capsys):
                           (["--batch-tokens", "10"], "--batch-tokens 10 is less than one review of --max-tokens"),
                           (["--out", str(tmp_path / "file.txt")], "is a file; expected a run directory")):
         code = main(["train", "sentiment", "--data-dir", missing, "--out", str(tmp_path / "run"), *argv])
-        captured = capture = capsys.readouterr()
-        assert code == 2 and capture.err.startswith("error: ") and len(capture.err.splitlines()) == 1
+        captured = capsys.readouterr()
+        assert code == 2 and captured.err.startswith("error: ") and len(captured.err.splitlines()) == 1
         assert message in captured.err and "no-data" not in captured.err
         assert "reading the sentiment data" not in captured.out and not (tmp_path / "run").exists()
     # With good options the missing data is the error, in one line naming the folder.
