@@ -3,8 +3,8 @@
 A checkpoint is a directory::
 
     CK/checkpoint.json         what :data:`FIELDS` lists: config, task, step, generator state ...
-    CK/weights-00001234.npz    the model's parameters by dotted name
-    CK/optimizer-00001234.npz  Adam's moments (only in ``last/``, for resuming)
+    CK/weights-00001234-5f0c1a2e.npz    the model's parameters by dotted name (step, digest)
+    CK/optimizer-00001234-9b3d77c0.npz  Adam's moments (only in ``last/``, for resuming)
 
 Every file is written to a temporary name, flushed and renamed; ``checkpoint.json``,
 which names the ``.npz`` files it belongs to (with their SHA-256), is renamed last. A
@@ -98,9 +98,10 @@ def save_checkpoint(path, model, meta: dict, optimizer=None) -> Path:
         doc["optimizer"] = {"t": optimizer.t}
     for kind, named in arrays.items():
         data = _npz_bytes(named)
-        name = f"{kind}-{int(meta['step']):08d}.npz"
+        sha = hashlib.sha256(data).hexdigest()
+        name = f"{kind}-{int(meta['step']):08d}-{sha[:8]}.npz"  # never the name of the file the old JSON reads
         atomic_write_bytes(path / name, data)
-        doc["files"][kind] = {"name": name, "sha256": hashlib.sha256(data).hexdigest()}
+        doc["files"][kind] = {"name": name, "sha256": sha}
     _check_fields(doc, path / "checkpoint.json", optimizer is not None)
     atomic_write_text(path / "checkpoint.json", json.dumps(doc, indent=1))
     keep = {f["name"] for f in doc["files"].values()}

@@ -9,12 +9,14 @@ import io
 import json
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import numpytransformer.trainer as trainer_module
-from numpytransformer.baselines import evaluate, train_bow_logreg
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from baseline_bow import evaluate, train_bow_logreg  # noqa: E402  (a benchmark, not the library)
 from numpytransformer.cli import main
 from numpytransformer.datasets.imdb import load_imdb
 from numpytransformer.errors import NumpyTransformerError

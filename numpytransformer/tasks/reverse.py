@@ -210,13 +210,16 @@ class ReversalTask(Task):
         return " ".join(str(x) for x in [3, 5, 4, 2, 1] if x <= self.data.n_symbols)
 
     def predict(self, model, lines: Sequence[str], beam: int = 1) -> List[str]:
-        seqs = []
+        """The output for each line of symbols; an empty line gives an empty line."""
+        seqs = {}
         for i, line in enumerate(lines):
             try:
-                seqs.append(self.parse(line))
+                if line.strip():
+                    seqs[i] = self.parse(line)
             except NumpyTransformerError as e:
                 raise NumpyTransformerError(f"line {i + 1}: {e}" if len(lines) > 1 else str(e)) from None
-        return [self.format(p) for p in self.predict_ids(model, seqs, beam)]
+        outs = dict(zip(seqs, self.predict_ids(model, list(seqs.values()), beam))) if seqs else {}
+        return [self.format(outs[i]) if i in outs else "" for i in range(len(lines))]
 
     def attention(self, model, text: str):
         x = self.parse(text)

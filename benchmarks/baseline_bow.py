@@ -15,7 +15,8 @@ review each entry belongs to), and
 - the logits are ``bincount(rows, weights=w[indices] * values)``, the sum per review;
 - the gradient of ``w`` is ``bincount(indices, weights=dz[rows] * values)``, the sum per word.
 
-Run ``python -m numpytransformer.baselines imdb`` for the test accuracy on IMDB.
+Run ``python benchmarks/baseline_bow.py imdb`` for the test accuracy on IMDB. It lives with the
+benchmarks: it is a measuring stick for the sentiment model, not part of the library.
 """
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from .optim import Adam
-from .text import Tokenizer, Vocab
+from numpytransformer.optim import Adam
+from numpytransformer.text import Tokenizer, Vocab
 
 __all__ = ["SparseRows", "BowLogReg", "bow_features", "train_bow_logreg", "evaluate"]
 
@@ -174,7 +175,7 @@ def _check_args(args) -> None:
 
 
 def _imdb(args) -> None:
-    from .datasets.imdb import load_imdb
+    from numpytransformer.datasets.imdb import load_imdb
 
     _check_args(args)
     start = time.perf_counter()
@@ -195,7 +196,7 @@ def _imdb(args) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m numpytransformer.baselines",
+    parser = argparse.ArgumentParser(prog="python benchmarks/baseline_bow.py",
                                      description="Baselines to compare the Transformer with.")
     sub = parser.add_subparsers(dest="dataset", metavar="DATASET", required=True)
     p = sub.add_parser("imdb", help="bag-of-words logistic regression on IMDB: train on the 25,000 training "
