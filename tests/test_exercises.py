@@ -1,12 +1,17 @@
-"""The classroom exercises: fences in the library, the student edition, and the grader.
+"""The classroom exercises: fences in the library and the lessons, the student edition, and the grader.
 
-The grader must pass every exercise on the full library, report every exercise of a
-fresh student edition as not yet implemented (and nothing as failed), and name the
-wrong tensor when a student's code is wrong. Student editions are built into tmp_path
-and graded in a subprocess whose working directory is the edition, as a student runs it.
+The grader must pass every exercise on the full library, report every exercise of a fresh
+student edition as not yet implemented (and nothing as failed), and name every wrong tensor
+when a student's code is wrong. Student editions are built into tmp_path and graded in a
+subprocess, as a student (from the edition's folder) or a teacher (``--student``) runs it.
+The grader's reference values come from the library itself, so the library is checked here
+against independent plain references (attention row by row, the sinusoid loop, the Noam
+formula, textbook Adam, heads by slicing), which stay out of the student edition.
 """
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
 import subprocess
@@ -16,17 +21,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from numpytransformer.exercises import BY_ID, EXERCISES
+from numpytransformer.exercises import BY_ID, EXERCISES, trusted
 from numpytransformer.exercises.__main__ import main
-from numpytransformer.exercises.checks import CHECKS, run_check
-from numpytransformer.exercises.fences import (FenceError, build_edition, enclosing_function, library_fences,
-                                               package_dir, parse_fences, placeholder, replace_fences)
+from numpytransformer.exercises.checks import JUDGES, Grader, diagnose, run_check
+from numpytransformer.exercises.fences import (FenceError, build_edition, cut_notebook, enclosing_function,
+                                               library_fences, notebook_fences, package_dir, parse_fences,
+                                               placeholder, replace_fences)
+from numpytransformer.exercises.reference import compute
 
 ROOT = package_dir().parent
-
-#: The exercise ids of the shared design (issue 6), in order.
-DESIGN_IDS = ["1.1", "1.2", "2.1", "3.1", "3.2", "4.1", "4.2", "5.1", "5.2", "6.1", "6.2", "7.1", "8.1", "8.2",
-              "8.3", "10.1"]
+IDS = [e.id for e in EXERCISES]
+#: Exercises whose solution is split over two fences (two functions).
+TWO_FENCES = {"5.1", "5.2", "8.3"}
 
 
 def _env():
@@ -36,22 +42,24 @@ def _env():
     return env
 
 
-def _run(args, cwd):
+def _run(args, cwd, timeout=300):
     return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=_env(),
-                          timeout=120)
+                          timeout=timeout)
 
 
 def _check_lines(stdout: str):
-    """The per-exercise lines of a check's output (no header, no summary)."""
+    """The first line of each exercise's report (no header, no summary, no "also:" lines)."""
     return [line for line in stdout.splitlines() if line.split(" ")[0] in BY_ID]
 
 
-# ---- fences ---------------------------------------------------------------------------------
+# ---- fences -------------------------------------------------------------------------------
 def test_every_fence_has_a_check_and_every_check_a_fence():
-    fence_ids = {f.id for f in library_fences()}
-    assert list(BY_ID) == DESIGN_IDS
-    assert fence_ids == set(DESIGN_IDS)
-    assert set(CHECKS) == set(DESIGN_IDS)
+    assert {f.id for f in library_fences()} == set(IDS)
+    assert set(trusted.PROBES) == set(IDS)
+    assert {kind for kind, _, _ in trusted.PROBES.values()} <= set(JUDGES)
+    assert IDS == sorted(IDS, key=lambda i: tuple(map(int, i.split("."))))
+    for e in EXERCISES:
+        assert e.difficulty in ("easy", "medium", "hard") and e.minutes > 0 and e.points > 0 and e.section, e
 
 
 def test_fences_sit_where_the_catalog_says():
@@ -60,7 +68,7 @@ def test_fences_sit_where_the_catalog_says():
         by_id.setdefault(f.id, []).append(f)
     for e in EXERCISES:
         fences = by_id[e.id]
-        assert len(fences) == (2 if e.id == "5.1" else 1), e.id
+        assert len(fences) == (2 if e.id in TWO_FENCES else 1), e.id
         functions = []
         for f in fences:
             assert f.path == e.file and f.title == e.title, f
@@ -108,13 +116,185 @@ def test_replace_fences_keeps_indentation_and_the_code_after():
     compile(out, "f.py", "exec")
 
 
-# ---- the grader on the full library --------------------------------------------------------
-def test_check_passes_every_exercise_on_the_full_library(capsys):
-    assert main(["check"]) == 0
+def _nb(*cells):
+    return {"cells": [{"cell_type": kind, "source": src, "metadata": {}} for kind, src in cells]}
+
+
+def test_notebook_fences_are_cut_kept_or_replaced_by_the_student_code():
+    nb = _nb(("code", "a = 1\n### BEGIN SOLUTION 5.1\nq4 = q.reshape(B, T, H, Dh)\n### STUDENT EDITION\n"
+                      "# qh = split_heads(q, H)\n### END SOLUTION\nprint(a)"),
+             ("code", "### BEGIN SOLUTION 8.2\nm = b1 * m + (1 - b1) * g\n### END SOLUTION"),
+             ("markdown", "The formula.\n<!-- BEGIN SOLUTION 1.1 -->\n`dW = x2.T @ d2`\n<!-- END SOLUTION -->\nMore."))
+    assert [(f.id, f.cell, f.markdown) for f in notebook_fences(nb)] == [("5.1", 0, False), ("8.2", 1, False),
+                                                                          ("1.1", 2, True)]
+    kept = json.loads(json.dumps(nb))
+    assert cut_notebook(kept, keep={"5.1", "8.2", "1.1"}) == 0
+    assert [c["source"] for c in kept["cells"]] == ["a = 1\nq4 = q.reshape(B, T, H, Dh)\nprint(a)",
+                                                    "m = b1 * m + (1 - b1) * g", "The formula.\n`dW = x2.T @ d2`\nMore."]
+    assert cut_notebook(nb) == 3
+    code, cut, md = (c["source"] for c in nb["cells"])
+    assert code == "a = 1\nqh = split_heads(q, H)\nprint(a)"
+    assert cut.startswith("# Exercise 8.2: ") and "b1" not in cut
+    assert md.startswith("The formula.\n*Turning this into NumPy is Exercise 1.1") and md.endswith("More.")
+    assert "x2.T" not in md
+
+
+@pytest.mark.parametrize("cells, message", [
+    ((("code", "### BEGIN SOLUTION 1.1\nx = 1"),), "never closed"),
+    ((("code", "## BEGIN SOLUTION 1.1\nx = 1"),), "malformed"),
+    ((("code", "### BEGIN SOLUTION 1.1\n### STUDENT EDITION\nx = 1\n### END SOLUTION"),), "as comments"),
+    ((("markdown", "<!-- END SOLUTION -->"),), "without a BEGIN"),
+])
+def test_malformed_notebook_fences_are_errors(cells, message):
+    with pytest.raises(FenceError, match=message):
+        notebook_fences(_nb(*cells))
+
+
+def test_the_lessons_fence_the_code_that_restates_a_solution():
+    fenced = {}
+    for path in sorted((ROOT / "lessons").glob("*.ipynb")):
+        for f in notebook_fences(json.loads(path.read_text(encoding="utf-8")), path.name):
+            assert f.id in BY_ID, (path.name, f)
+            fenced.setdefault(f.id, []).append(path.name[:2])
+    for exercise_id in ("1.1", "4.2", "5.1", "5.2", "6.1", "8.2", "10.1"):
+        assert exercise_id in fenced, exercise_id
+
+
+# ---- the grader's references are right (independent plain computations) -------------------
+def _reference_attention(q, k, v, mask):
+    """Attention row by row, softmax over the allowed keys only; no allowed key: zero weights."""
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    allowed = np.ones(scores.shape, bool) if mask is None else np.broadcast_to(mask, scores.shape)
+    weights = np.zeros_like(scores)
+    for idx in np.ndindex(*scores.shape[:-1]):
+        a = allowed[idx]
+        if a.any():
+            e = np.exp(scores[idx][a] - scores[idx][a].max())
+            weights[idx][a] = e / e.sum()
+    return weights @ v, weights
+
+
+def test_reference_attention_is_attention():
+    ref = compute("4.1")
+    for i, (_, q, k, v, mask) in enumerate(trusted.attention_forward_cases()):
+        out, weights = _reference_attention(q, k, v, mask)
+        np.testing.assert_allclose(ref[f"c{i}.out"], out, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(ref[f"c{i}.weights"], weights, rtol=1e-9, atol=1e-12)
+
+
+def test_reference_sinusoids_noam_and_heads_follow_their_formulas():
+    ref = compute("3.2")
+    for i, (max_len, d_model) in enumerate(trusted.TABLE_SIZES):
+        expected = [[(math.sin if j % 2 == 0 else math.cos)(pos / 10000 ** ((j - j % 2) / d_model))
+                     for j in range(d_model)] for pos in range(max_len)]
+        np.testing.assert_allclose(ref[f"c{i}.pe"], expected, rtol=0, atol=1e-12)
+    ref = compute("8.1")
+    for i, (d, w, f, steps) in enumerate(trusted.NOAM_CASES):
+        expected = [f * d ** -0.5 * min(max(s, 1) ** -0.5, max(s, 1) * w ** -1.5) for s in steps]
+        np.testing.assert_allclose(ref[f"c{i}.lr"], expected, rtol=1e-12, atol=0)
+    ref = compute("5.1")
+    for i, (B, T, D, H) in enumerate(trusted.HEAD_SHAPES):
+        r = trusted.rng(i)
+        x, heads = r.standard_normal((B, T, D)), r.standard_normal((B, H, T, D // H))
+        Dh = D // H
+        assert np.array_equal(ref[f"c{i}.split"], np.stack([x[:, :, h * Dh:(h + 1) * Dh] for h in range(H)], axis=1))
+        assert np.array_equal(ref[f"c{i}.merge"], np.concatenate(list(np.moveaxis(heads, 1, 0)), axis=-1))
+
+
+def test_reference_adam_is_textbook_adam():
+    ref = compute("8.2")
+    for i, (_, dtype, lr, (b1, b2), eps, params, grads_per_step, tol) in enumerate(trusted.adam_cases()):
+        p = {k: v.astype(np.float64) for k, v in params.items()}
+        m = {k: np.zeros_like(v) for k, v in p.items()}
+        v = {k: np.zeros_like(x) for k, x in p.items()}
+        for t, grads in enumerate(grads_per_step, start=1):
+            rate = 0.05 / t if lr == "0.05/t" else lr
+            for k in p:
+                g = grads[k].astype(np.float64)
+                m[k] = b1 * m[k] + (1 - b1) * g
+                v[k] = b2 * v[k] + (1 - b2) * g * g
+                p[k] = p[k] - rate * (m[k] / (1 - b1 ** t)) / (np.sqrt(v[k] / (1 - b2 ** t)) + eps)
+                np.testing.assert_allclose(ref[f"c{i}.t{t}.{k}.p"], p[k], rtol=tol * 10, atol=0)
+                np.testing.assert_allclose(ref[f"c{i}.t{t}.{k}.m"], m[k], rtol=tol * 10, atol=1e-12)
+
+
+def test_reference_gradients_are_finite_differences_of_the_library():
+    """The grader's trusted numerical gradient agrees with the library's analytic backward (the tests' check)."""
+    from numpytransformer.gradcheck import check_pair
+
+    for exercise_id in ("1.1", "2.1", "6.1", "4.2"):
+        ref = compute(exercise_id)
+        _, module, names = trusted.PROBES[exercise_id]
+        lib = __import__(f"numpytransformer.{module}", fromlist=["x"])
+        forward, backward = getattr(lib, names[0]), getattr(lib, names[1])
+        for i, case in enumerate(trusted.pair_cases(exercise_id)):
+            if case.reference != "numeric":
+                continue
+            out, cache = forward(**{k: v.copy() for k, v in case.inputs.items()}, **case.static)
+            grads = backward(trusted.rng(case.seed).standard_normal(np.shape(out)), cache)
+            grads = grads if isinstance(grads, tuple) else (grads,)
+            for name, g in zip(case.wrt, grads):
+                assert trusted.grad_error(g, ref[f"c{i}.d{name}"])[1] < case.tol, (exercise_id, i, name)
+            # The same cases pass the library's own public check too: one set of cases for both.
+            errors = check_pair(forward, backward, case.inputs, case.wrt, seed=case.seed, **case.static)
+            assert max(errors.values()) < case.tol
+
+
+def test_trusted_measure():
+    assert trusted.rel_error(np.zeros(3), np.zeros(3)) == 0.0
+    assert trusted.rel_error(np.array([1.0, 2.0]), np.array([1.0, 4.0])) == 0.5
+    assert trusted.grad_error(np.array([1e-9]), np.array([0.0])) == ("absolute error", 1e-9)
+    x = np.array([0.3, -1.2])
+    numeric = trusted.numerical_gradient(lambda: np.sin(x), x, np.array([1.0, 2.0]))
+    np.testing.assert_allclose(numeric, np.cos([0.3, -1.2]) * [1.0, 2.0], rtol=1e-9)
+
+
+def test_diagnose_names_simple_relations():
+    e = np.arange(1.0, 7.0).reshape(2, 3)
+    assert diagnose(2 * e, e) == "it is the right one times 2"
+    assert diagnose(-e, e) == "the sign is flipped"
+    assert diagnose(np.zeros_like(e), e) == "it is all zeros"
+    sq = np.arange(1.0, 10.0).reshape(3, 3)
+    assert diagnose(sq.T, sq) == "it is the transpose of the right one"
+    assert diagnose(e + 1, e) == ""
+
+
+def test_grader_reports_every_failing_tensor_with_the_lessons_properties():
+    """A LayerNorm dx without its variance term: named as missing, dgamma's factor too, every case listed."""
+    from numpytransformer.exercises import probe
+
+    exp = compute("6.1")
+    got = {k: v.copy() for k, v in exp.items()}
+    for i, case in enumerate(trusted.pair_cases("6.1")):
+        x = case.inputs["x"]
+        gamma = case.inputs["gamma"]
+        dout = trusted.rng(case.seed).standard_normal(x.shape)
+        g = dout * gamma
+        rstd = 1 / np.sqrt(x.var(-1, keepdims=True) + case.static["eps"])
+        got[f"c{i}.dx"] = (g - g.mean(-1, keepdims=True)) * rstd        # the variance term left out
+        got[f"c{i}.dgamma"] = 2 * exp[f"c{i}.dgamma"]
+    grader = Grader("6.1")
+    JUDGES["pair"](grader, "6.1", got, exp)
+    text = "\n".join(grader.failures)
+    assert "dx is not orthogonal to x_hat" in text and "variance, missing?" in text and "lesson 6 §2" in text
+    assert "rows of dx do not sum to 0" not in text          # the mean term is there
+    assert text.count("dx: relative error") == 3 and text.count("dgamma: relative error") == 3
+    assert "it is the right one times 2" in text
+    assert probe.pair_prefix(0) == ""
+
+
+# ---- the command line on the full library ---------------------------------------------------
+def test_check_passes_every_exercise_on_the_full_library(capsys, tmp_path):
+    results = tmp_path / "results.json"
+    assert main(["check", "--json", str(results)]) == 0
     lines = _check_lines(capsys.readouterr().out)
-    assert [line.split(" ")[0] for line in lines] == DESIGN_IDS
+    assert [line.split(" ")[0] for line in lines] == IDS
     for line in lines:
         assert " ... passed (" in line, line
+    doc = json.loads(results.read_text())
+    assert doc["score"] == doc["max_score"] == sum(e.points for e in EXERCISES)
+    assert [t["number"] for t in doc["tests"]] == IDS
+    assert all(t["status"] == "passed" and t["score"] == t["max_score"] > 0 for t in doc["tests"])
 
 
 def test_check_selects_an_exercise_or_a_lesson(capsys):
@@ -122,22 +302,6 @@ def test_check_selects_an_exercise_or_a_lesson(capsys):
     assert [line.split(" ")[0] for line in _check_lines(capsys.readouterr().out)] == ["4.2"]
     assert main(["check", "8"]) == 0
     assert [line.split(" ")[0] for line in _check_lines(capsys.readouterr().out)] == ["8.1", "8.2", "8.3"]
-
-
-def test_run_check_reports_how_a_check_ended(monkeypatch):
-    def raises(exc):
-        def check(grader):
-            raise exc
-        return check
-
-    monkeypatch.setitem(CHECKS, "4.2", raises(NotImplementedError("Exercise 4.1: scale, ... (lesson 4; ...)")))
-    assert run_check("4.2").detail == "not yet implemented (needs Exercise 4.1 first)"
-    monkeypatch.setitem(CHECKS, "4.2", raises(NotImplementedError("Exercise 4.2: dq ...")))
-    assert run_check("4.2").detail == "not yet implemented"
-    monkeypatch.setitem(CHECKS, "4.2", raises(ValueError("shapes\n  differ")))
-    result = run_check("4.2")
-    assert result.status == "failed" and result.detail.startswith("FAILED: ValueError: shapes differ")
-    assert result.line.startswith("4.2 attention_backward ... FAILED")
 
 
 @pytest.mark.parametrize("argv, fragment", [
@@ -152,7 +316,8 @@ def test_bad_exercise_ids_give_a_one_line_error(capsys, argv, fragment):
     assert fragment in err and "1.1, 1.2" in err and "10.1" in err
 
 
-@pytest.mark.parametrize("argv", [[], ["frobnicate"], ["build"], ["check", "1.1", "1.2"]])
+@pytest.mark.parametrize("argv", [[], ["frobnicate"], ["build"], ["check", "1.1", "1.2"],
+                                  ["check", "--timeout", "x"]])
 def test_bad_commands_give_a_one_line_error(capsys, argv):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
@@ -160,22 +325,34 @@ def test_bad_commands_give_a_one_line_error(capsys, argv):
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("argv, fragment", [
+    (["check", "1.1", "--student", "/nonexistent"], "holds no numpytransformer"),
+    (["check", "1.1", "--timeout", "0"], "--timeout must be a positive"),
+])
+def test_bad_check_options_give_a_one_line_error(capsys, argv, fragment):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and fragment in err
+
+
 def test_list_prints_every_exercise(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     for e in EXERCISES:
-        assert e.id in out and e.file in out and e.title in out
+        assert e.id in out and e.file in out and e.title in out and f"{e.points} points" in out
 
 
-def test_build_refuses_a_non_empty_directory(tmp_path, capsys):
+def test_build_refuses_a_non_empty_directory_and_unknown_solved_ids(tmp_path, capsys):
     (tmp_path / "something").write_text("x")
     assert main(["build", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "not empty" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["something"]
+    assert main(["build", str(tmp_path / "new"), "--solved", "1.1,9.9"]) == 2
+    assert "9.9" in capsys.readouterr().err and not (tmp_path / "new").exists()
 
 
-# ---- the student edition -------------------------------------------------------------------
+# ---- the student edition --------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def edition(tmp_path_factory):
     out = tmp_path_factory.mktemp("student") / "edition"
@@ -183,14 +360,68 @@ def edition(tmp_path_factory):
     return out
 
 
+def _solution_lines():
+    """(exercise, where, line) for each statement of each solution body, in the library and the lessons.
+
+    Comments, short lines, checks (``assert``, ``print``) and bare control flow (``if ...:``, ``for ...:``,
+    ``return ...``) say nothing about the solution on their own; every other line (an assignment, a
+    computation, a sentence of code in markdown) must not survive in the student edition.
+    """
+    def significant(line):
+        s = " ".join(line.split())
+        return (len(s) >= 16 and not s.startswith(("#", "if ", "for ", "return ", "else", "elif ", "<!--", "assert ",
+                                                    "print("))
+                and s not in ("### STUDENT EDITION",))
+
+    for f in library_fences():
+        for line in (ROOT / f.path).read_text(encoding="utf-8").splitlines()[f.begin:f.end - 1]:
+            if significant(line):
+                yield f.id, f.path, " ".join(line.split())
+    for path in sorted((ROOT / "lessons").glob("*.ipynb")):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        for f in notebook_fences(nb, path.name):
+            src = nb["cells"][f.cell]["source"]
+            lines = ("".join(src) if isinstance(src, list) else src).splitlines()[f.begin:(f.student or f.end) - 1]
+            for line in lines:
+                if significant(line):
+                    yield f.id, path.name, " ".join(line.split())
+
+
+def _edition_texts(edition_dir: Path):
+    for p in sorted(edition_dir.rglob("*")):
+        if p.suffix in (".py", ".md", ".txt", ".cfg", ".toml"):
+            yield p, p.read_text(encoding="utf-8")
+        elif p.suffix == ".ipynb":
+            cells = json.loads(p.read_text(encoding="utf-8"))["cells"]
+            yield p, "\n".join("".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells)
+
+
+def test_edition_holds_no_solution_body(edition):
+    """Grep the student edition for every line of every solution: none may remain."""
+    texts = [(p, {" ".join(line.split()) for line in text.splitlines()} | {" ".join(text.split())})
+             for p, text in _edition_texts(edition)]
+    lines = list(_solution_lines())
+    assert len(lines) > 50
+    leaks = []
+    for exercise_id, where, line in lines:
+        for p, normalised in texts:
+            if line in normalised or any(line in t for t in normalised if len(t) > 200):
+                leaks.append(f"{exercise_id} ({where}): {line!r} in {p.relative_to(edition)}")
+    assert not leaks, "\n".join(leaks)
+
+
 def test_edition_holds_the_repository_without_solutions(edition):
     for name in ("EXERCISES.md", "README.md", "setup.cfg", "pyproject.toml", "data/README.md",
                  "numpytransformer/__init__.py", "numpytransformer/datasets/__init__.py",
+                 "numpytransformer/exercises/reference.npz",
                  "benchmarks/results/sweep-reverse-seq2seq.json", "lessons/11_ablation.ipynb"):
         assert (edition / name).is_file(), name
     assert not (edition / "tests").exists()
+    assert not (edition / "lessons" / "INSTRUCTOR.md").exists()        # the answer keys stay with the teacher
     assert not list(edition.rglob("__pycache__"))
     assert library_fences(edition / "numpytransformer") == []
+    for path in (edition / "lessons").glob("*.ipynb"):
+        assert notebook_fences(json.loads(path.read_text(encoding="utf-8")), path.name) == []
     placeholders = sum(p.read_text(encoding="utf-8").count("raise NotImplementedError(\"Exercise ")
                        for p in (edition / "numpytransformer").rglob("*.py") if "exercises" not in p.parts)
     assert placeholders == len(library_fences())
@@ -198,14 +429,18 @@ def test_edition_holds_the_repository_without_solutions(edition):
         assert (edition / "numpytransformer" / "exercises" / src.name).read_bytes() == src.read_bytes()
     guide = (edition / "EXERCISES.md").read_text(encoding="utf-8")
     for e in EXERCISES:
-        assert f"check {e.id}`" in guide and e.title in guide
-    assert "pip install -e ." in guide
+        assert f"check {e.id}`" in guide and e.title in guide and f"| {e.minutes} min | {e.points} |" in guide
+    assert "pip install -e ." in guide and "--student" in guide and "results.json" in guide
 
 
-def test_edition_imports_its_own_package(edition):
-    r = _run(["-c", "import numpytransformer; print(numpytransformer.__file__)"], edition)
-    assert r.returncode == 0, r.stderr
-    assert Path(r.stdout.strip()).resolve() == (edition / "numpytransformer" / "__init__.py").resolve()
+def test_edition_notebooks_compile(edition):
+    """Every code cell of the student edition's lessons is valid Python (IPython magics aside)."""
+    for path in sorted((edition / "lessons").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+            if cell["cell_type"] == "code":
+                src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+                code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in src.splitlines())
+                compile(code, f"{path.name} cell {i}", "exec")
 
 
 def test_edition_reports_every_exercise_not_yet_implemented(edition):
@@ -213,7 +448,7 @@ def test_edition_reports_every_exercise_not_yet_implemented(edition):
     assert r.returncode == 1, r.stdout + r.stderr
     assert str((edition / "numpytransformer").resolve()) in r.stdout.splitlines()[0]
     lines = _check_lines(r.stdout)
-    assert [line.split(" ")[0] for line in lines] == DESIGN_IDS
+    assert [line.split(" ")[0] for line in lines] == IDS
     assert "FAILED" not in r.stdout and not r.stderr
     for line in lines:
         exercise_id = line.split(" ")[0]
@@ -221,6 +456,7 @@ def test_edition_reports_every_exercise_not_yet_implemented(edition):
         assert detail == "not yet implemented" or (
             detail.startswith("not yet implemented (needs Exercise ")
             and detail.split("Exercise ")[1].split(" ")[0] in BY_ID[exercise_id].needs), line
+    assert f"0 of {len(IDS)} exercises passed (0 of {sum(e.points for e in EXERCISES)} points)" in r.stdout
 
 
 def test_build_refuses_to_run_from_a_student_edition(edition, tmp_path):
@@ -246,7 +482,7 @@ def _implement(edition_dir: Path, exercise_id: str, code: str) -> None:
 
 
 def test_a_student_implementation_is_graded(tmp_path):
-    """Right code passes; a wrong formula fails with the tensor named."""
+    """Right code passes; a wrong formula fails with the tensor named, in the student's and the teacher's run."""
     edition_dir = tmp_path / "edition"
     build_edition(edition_dir)
     right = _fence_code("1.1")
@@ -255,14 +491,32 @@ def test_a_student_implementation_is_graded(tmp_path):
     r = _run(["-m", "numpytransformer.exercises", "check", "1.1"], edition_dir)
     assert r.returncode == 0 and "1.1 linear_backward ... passed (largest relative error" in r.stdout, r.stdout
 
+    _implement_again = right.replace("dW = x2.T @ d2\n", "dW = x2.T @ d2 * 2\n")
     shutil.rmtree(edition_dir)
     build_edition(edition_dir)
-    _implement(edition_dir, "1.1", right.replace("dW = x2.T @ d2\n", "dW = x2.T @ d2 * 2\n"))
-    r = _run(["-m", "numpytransformer.exercises", "check", "1"], edition_dir)
-    assert r.returncode == 1
+    _implement(edition_dir, "1.1", _implement_again)
+    for args, cwd in ((["check", "1"], edition_dir), (["check", "1", "--student", str(edition_dir)], ROOT)):
+        r = _run(["-m", "numpytransformer.exercises", *args], cwd)
+        assert r.returncode == 1
+        lines = _check_lines(r.stdout)
+        assert lines[0].startswith("1.1 linear_backward ... FAILED: dW: relative error 5.0e-01 (tolerance 1e-7)")
+        assert "it is the right one times 2" in lines[0]
+        assert r.stdout.count("also: dW: relative error 5.0e-01") == 2   # every case, not just the first
+        assert lines[1] == "1.2 relu_backward ... not yet implemented"
+
+
+def test_solved_releases_chosen_solutions(tmp_path, capsys):
+    edition_dir = tmp_path / "edition"
+    assert main(["build", str(edition_dir), "--solved", "1.1,4.1"]) == 0
+    assert "the solutions of 1.1, 4.1 released" in capsys.readouterr().out
+    r = _run(["-m", "numpytransformer.exercises", "check", "4"], edition_dir)
     lines = _check_lines(r.stdout)
-    assert lines[0].startswith("1.1 linear_backward ... FAILED: dW: relative error 5.0e-01 (tolerance 1e-7)")
-    assert lines[1] == "1.2 relu_backward ... not yet implemented"
+    assert lines[0].startswith("4.1 attention_forward ... passed"), r.stdout
+    assert lines[1] == "4.2 attention_backward ... not yet implemented"        # no longer waits for 4.1
+    assert "### BEGIN SOLUTION" not in (edition_dir / "numpytransformer" / "attention.py").read_text()
+    lesson1 = (edition_dir / "lessons" / "01_backprop_linear_relu.ipynb").read_text()
+    assert "dW = x2.T @ d2" in lesson1 and "BEGIN SOLUTION" not in lesson1
+    assert "4.1 (released)" in (edition_dir / "EXERCISES.md").read_text()
 
 
 def test_each_exercise_passes_once_it_and_what_it_needs_are_written(tmp_path):
@@ -279,11 +533,9 @@ def test_each_exercise_passes_once_it_and_what_it_needs_are_written(tmp_path):
         for rel, file_fences in cut.items():
             path = pkg.parent / rel
             path.write_text(replace_fences(path.read_text(encoding="utf-8"), file_fences), encoding="utf-8")
-    script = ("import sys; from numpytransformer.exercises.checks import run_check; "
-              "r = run_check(sys.argv[1]); print(r.line)")
-    for e in EXERCISES:
-        r = _run(["-c", script, e.id], tmp_path / e.id)
-        assert " ... passed (" in r.stdout, (e.id, r.stdout, r.stderr)
+    for e in EXERCISES:  # graded by this (the full) library's grader, as a teacher grades
+        result = run_check(e.id, tmp_path / e.id)
+        assert result.status == "passed", (e.id, result.line)
 
 
 def test_a_backward_that_overwrites_dout_is_not_graded_against_its_own_output(tmp_path):

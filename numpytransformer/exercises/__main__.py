@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -37,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="also write a Gradescope-style results file (default PATH: results.json)")
     c.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="seconds each exercise may take (default 60)")
+    c.add_argument("--seed", type=int, default=None, metavar="N",
+                   help="draw the cases with this seed (0: the public cases; default with --student: a fresh one)")
     return p
 
 
@@ -91,13 +94,22 @@ def _results_json(results, path: str) -> None:
     Path(path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
 
 
-def _check(which: Optional[str], student: Optional[str], json_path: Optional[str], timeout: Optional[float]) -> int:
+def _check(which: Optional[str], student: Optional[str], json_path: Optional[str], timeout: Optional[float],
+           seed: Optional[int]) -> int:
     selected = _select(which)
     if selected is None:
         return _fail(f"N={which!r} is neither an exercise id nor a lesson with exercises; valid ids: "
                      f"{', '.join(BY_ID)}; lessons: {', '.join(map(str, LESSONS))}")
     if timeout is not None and not timeout > 0:
         return _fail(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    from .reference import REFERENCE_FILE
+
+    if seed is None:
+        # A teacher (the full library, reference values computed live) grades a student on fresh cases.
+        seed = secrets.randbelow(2 ** 31 - 1) + 1 if student is not None and not REFERENCE_FILE.is_file() else 0
+    if seed < 0 or (seed and REFERENCE_FILE.is_file()):
+        return _fail(f"--seed {seed}: this grader holds reference values for the public cases only; use --seed 0, "
+                     "or grade with the full repository's grader" if seed > 0 else f"--seed must be >= 0, got {seed}")
     own = Path(__file__).resolve().parent.parent
     if student is None:
         root = own.parent
@@ -106,12 +118,13 @@ def _check(which: Optional[str], student: Optional[str], json_path: Optional[str
         root = Path(student).resolve()
         if not (root / "numpytransformer" / "__init__.py").is_file():
             return _fail(f"--student {student!r} holds no numpytransformer/__init__.py; give the student's folder")
-        print(f"Grading the numpytransformer package in {root / 'numpytransformer'} with the grader in {own}")
+        print(f"Grading the numpytransformer package in {root / 'numpytransformer'} with the grader in {own}"
+              + (f" (cases drawn with --seed {seed})" if seed else ""))
     from .checks import DEFAULT_TIMEOUT, run_check
 
     results = []
     for e in selected:
-        result = run_check(e.id, root, DEFAULT_TIMEOUT if timeout is None else timeout)
+        result = run_check(e.id, root, DEFAULT_TIMEOUT if timeout is None else timeout, seed)
         results.append(result)
         print(result.line, flush=True)
     passed = sum(r.status == "passed" for r in results)
@@ -131,7 +144,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _list()
     if args.command == "build":
         return _build(args.out_dir, args.solved)
-    return _check(args.which, args.student, args.json, args.timeout)
+    return _check(args.which, args.student, args.json, args.timeout, args.seed)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -386,6 +387,10 @@ def judge_bleu(g: Grader, eid: str, got: dict, exp: dict) -> None:
             g.close(got, f"k{i}.{key}", label, exp[f"k{i}.{key}"], 1e-9, case)
     # By hand: p = 5/6, 3/5, 2/4, 1/3 and equal lengths, so BLEU = 100 * (1/12) ** (1/4) in both flavours.
     g.close(got, "k0.score", "corpus_bleu score", 100 * (1 / 12) ** 0.25, 1e-9, "by hand: " + str(trusted.CORPORA[0]))
+    for i, (hyp, refs) in enumerate(trusted.random_segments()):
+        case = f"hypothesis {hyp!r}, references {refs}"
+        for key in ("total", "correct"):
+            g.close(got, f"r{i}.{key}", key, exp[f"r{i}.{key}"], 0.0, case)
 
 
 def judge_encoder_layer(g: Grader, eid: str, got: dict, exp: dict) -> None:
@@ -428,12 +433,16 @@ class Result(NamedTuple):
 _EXERCISE_IN_MESSAGE = re.compile(r"Exercise (\d+\.\d+)\b")
 
 
-def _probe(exercise_id: str, student_root: Path, timeout: float, tmp: Path):
+def _probe(exercise_id: str, student_root: Path, timeout: float, tmp: Path, salt: int):
     """Run probe.py on the student's package; (status dict, outputs dict)."""
     outputs, status_path = tmp / "outputs.npz", tmp / "status.json"
+    # The student's process gets copies of the two trusted files, not a path into the grader's install.
+    for name in ("probe.py", "trusted.py"):
+        shutil.copyfile(PROBE_FILE.parent / name, tmp / name)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    cmd = [sys.executable, "-I", str(PROBE_FILE), str(student_root), exercise_id, str(outputs), str(status_path)]
+    cmd = [sys.executable, "-I", str(tmp / "probe.py"), str(student_root), exercise_id, str(outputs),
+           str(status_path), str(salt)]
     try:
         proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -448,13 +457,19 @@ def _probe(exercise_id: str, student_root: Path, timeout: float, tmp: Path):
     return status, arrays
 
 
-def run_check(exercise_id: str, student_root=None, timeout: float = DEFAULT_TIMEOUT) -> Result:
-    """Grade one exercise of the ``numpytransformer`` package in ``student_root`` (default: this one's)."""
+def run_check(exercise_id: str, student_root=None, timeout: float = DEFAULT_TIMEOUT, salt: int = 0) -> Result:
+    """Grade one exercise of the ``numpytransformer`` package in ``student_root`` (default: this one's).
+
+    ``salt`` 0 uses the public cases; any other draws fresh ones (only a full library, which
+    computes its reference values live, can grade those).
+    """
     from .fences import package_dir
 
+    if salt and reference.REFERENCE_FILE.is_file():
+        raise ValueError("a student edition's grader holds reference values for the public cases only (salt 0)")
     root = Path(student_root).resolve() if student_root is not None else package_dir().parent
     with tempfile.TemporaryDirectory(prefix="nt-grade-") as tmp:
-        status, got = _probe(exercise_id, root, timeout, Path(tmp))
+        status, got = _probe(exercise_id, root, timeout, Path(tmp), salt)
     kind = status.get("status")
     if kind == "timeout":
         return Result(exercise_id, "failed", f"FAILED: took longer than {timeout:g} s (the time limit); "
@@ -471,8 +486,12 @@ def run_check(exercise_id: str, student_root=None, timeout: float = DEFAULT_TIME
         where = f" (at {status['where']})" if status.get("where") else ""
         return Result(exercise_id, "failed", f"FAILED: {status.get('type', 'Error')}: {status.get('message', '')}{where}")
     g = Grader(exercise_id)
-    with np.errstate(all="ignore"):
-        JUDGES[trusted.PROBES[exercise_id][0]](g, exercise_id, got, reference.expected(exercise_id))
+    previous, trusted.SALT = trusted.SALT, salt
+    try:
+        with np.errstate(all="ignore"):
+            JUDGES[trusted.PROBES[exercise_id][0]](g, exercise_id, got, reference.expected(exercise_id))
+    finally:
+        trusted.SALT = previous
     if g.failures:
         # A broken property names the missing term and the lesson section: the best hint goes first.
         failures = sorted(g.failures, key=lambda f: "missing?" not in f)

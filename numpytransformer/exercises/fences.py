@@ -57,7 +57,8 @@ _NB_LOOSE = re.compile(r"^\s*(#+|<!--)\s*((BEGIN|END)\s+SOLUTION|STUDENT\s+EDITI
 #: Besides the package and lessons/: what pip needs, and the measured sweeps that lesson 11 reads.
 _EXTRA_FILES = ("README.md", "setup.cfg", "pyproject.toml", "data/README.md",
                 "benchmarks/results/sweep-reverse-seq2seq.json", "benchmarks/results/sweep-reverse-tagger.json")
-_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".ipynb_checkpoints", ".pytest_cache")
+_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".ipynb_checkpoints", ".pytest_cache",
+                                 "reference.npz", "INSTRUCTOR.md")  # the guide holds the answer keys
 
 
 class FenceError(ValueError):
@@ -199,7 +200,7 @@ def notebook_fences(nb: dict, path: str = "<notebook>") -> List[NotebookFence]:
                 if open_ is None:
                     raise FenceError(f"{where} line {n}: END SOLUTION without a BEGIN SOLUTION")
                 fences.append(NotebookFence(open_[0], path, c, open_[1], n, markdown, student))
-                open_ = None
+                open_, student = None, None
             elif not markdown and _NB_STUDENT.match(line) and open_ is not None and student is None:
                 student = n
             elif _NB_LOOSE.match(line):

@@ -2,10 +2,11 @@
 
 The grader runs this file by path, from its own install, in a separate process::
 
-    python -I probe.py STUDENT_ROOT EXERCISE_ID OUTPUTS.npz STATUS.json
+    python -I probe.py STUDENT_ROOT EXERCISE_ID OUTPUTS.npz STATUS.json SALT
 
 That process imports the student's ``numpytransformer`` (from STUDENT_ROOT) and nothing of
-the grader's but this file and ``trusted.py`` beside it. It only *records*: arrays go to
+the grader's but this file and ``trusted.py`` beside it (both copied by the grader into a
+temporary folder first). SALT picks the cases (see ``trusted.SALT``). It only *records*: arrays go to
 an ``.npz`` (read back without pickle), how the run ended to a small JSON file. Every
 judgement is made afterwards in the grading process, which never imports the student's
 code, so whatever that code changes at import (NumPy, the grader's helpers, its own
@@ -167,6 +168,10 @@ def probe_bleu(lib, module, names, exercise_id) -> dict:
         stats = segment_stats(hyp.split(), [r.split() for r in refs], True)
         put(out, f"s{i}.correct", list(stats[2]))
         put(out, f"s{i}.total", list(stats[3]))
+    for i, (hyp, refs) in enumerate(trusted.random_segments()):
+        stats = segment_stats(hyp.split(), [r.split() for r in refs], True)
+        put(out, f"r{i}.correct", list(stats[2]))
+        put(out, f"r{i}.total", list(stats[3]))
     for i, (hyps, refs) in enumerate(trusted.CORPORA):
         result = corpus_bleu(hyps, refs)
         put(out, f"k{i}.score", result.score)
@@ -236,6 +241,7 @@ def _where(exc: BaseException, pkg: Path) -> str:
 
 def main(argv) -> int:
     root, exercise_id, outputs, status_path = Path(argv[0]).resolve(), argv[1], argv[2], argv[3]
+    trusted.SALT = int(argv[4]) if len(argv) > 4 else 0
     status = {"status": "ok"}
     arrays = {}
     try:

@@ -74,7 +74,7 @@ def compute(exercise_id: str) -> Dict[str, np.ndarray]:
 
 def expected(exercise_id: str) -> Dict[str, np.ndarray]:
     """From the stored file in a student edition, computed live in the full library."""
-    if REFERENCE_FILE.is_file():
+    if REFERENCE_FILE.is_file() and not trusted.SALT:
         prefix = f"{exercise_id}/"
         with np.load(REFERENCE_FILE, allow_pickle=False) as f:
             return {k[len(prefix):]: f[k] for k in f.files if k.startswith(prefix)}
@@ -82,6 +82,7 @@ def expected(exercise_id: str) -> Dict[str, np.ndarray]:
 
 
 def write_reference_file(path, exercise_ids) -> None:
-    """Store every exercise's expected values (the student edition's ``reference.npz``)."""
+    """Store every exercise's expected values for the public cases (the student edition's ``reference.npz``)."""
+    assert trusted.SALT == 0
     arrays = {f"{e}/{k}": v for e in exercise_ids for k, v in compute(e).items()}
     np.savez_compressed(path, **arrays)

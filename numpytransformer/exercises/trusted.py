@@ -51,8 +51,23 @@ def numerical_gradient(f: Callable[[], Any], x: np.ndarray, dout, h: float = 1e-
     return grad
 
 
+#: 0 draws the public cases (those a student edition's ``reference.npz`` holds). A teacher grading a
+#: student's folder draws fresh ones with another salt, so answers copied from that file do not help.
+SALT = 0
+
+
 def rng(seed: int) -> np.random.Generator:
-    return np.random.default_rng(seed)
+    return np.random.default_rng([SALT, seed] if SALT else seed)
+
+
+def random_segments():
+    """A few BLEU segments drawn with the salt (none for the public cases): counts nobody has seen."""
+    if not SALT:
+        return []
+    r, words = rng(70), "a b c d e".split()
+    return [(" ".join(r.choice(words, size=r.integers(3, 10))),
+             [" ".join(r.choice(words, size=r.integers(3, 10))) for _ in range(int(r.integers(1, 3)))])
+            for _ in range(3)]
 
 
 def shapes(**arrays) -> str:
