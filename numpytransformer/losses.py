@@ -6,7 +6,6 @@ from typing import NamedTuple, Optional, Tuple
 import numpy as np
 
 from .errors import NumpyTransformerError
-from .softmax import log_softmax
 from .validation import as_array, check_int, check_real
 
 __all__ = ["softmax_cross_entropy_forward", "softmax_cross_entropy_backward", "cross_entropy"]
@@ -65,12 +64,20 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, pad_i
     valid = np.ones(t.shape, dtype=bool) if pad_id is None else t != pad_id
     n_valid = int(valid.sum())
 
-    logp = log_softmax(z, axis=1)  # (N, V)
-    probs = np.exp(logp)
-    nll = -logp[np.arange(len(t)), t]  # -log p_y
+    # log p_v = z_v - lse with lse = log sum_v e^{z_v} (what log_softmax computes), read off
+    # the softmax's own sum: one new (N, V) array, the probabilities, instead of log p, its
+    # temporaries and p. On (1536, 8000) float32 each fresh array of that size costs more
+    # than the arithmetic on it (page faults).
+    m = z.max(axis=1, keepdims=True)
+    probs = np.subtract(z, m)  # (N, V); exp(z - m) <= 1 cannot overflow
+    np.exp(probs, out=probs)
+    total = probs.sum(axis=1, keepdims=True)  # >= 1
+    probs /= total
+    lse = (m + np.log(total))[:, 0]  # (N,)
+    nll = lse - z[np.arange(len(t)), t]  # -log p_y
     eps = label_smoothing
     if eps:
-        rows = (1.0 - eps) * nll + eps * -logp.mean(axis=1)  # -mean_v log p_v is the smoothing term
+        rows = (1.0 - eps) * nll + eps * (lse - z.mean(axis=1))  # -mean_v log p_v is the smoothing term
     else:
         rows = nll  # not 0 * (-mean log p): a -inf logit makes that mean -inf, and 0 * inf is NaN
     loss = float(np.sum(rows[valid], dtype=np.float64) / n_valid) if n_valid else 0.0

@@ -51,4 +51,6 @@ def log_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     ndarray, shaped and typed like ``x``
     """
     shifted = x - x.max(axis=axis, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+    # In place: on a (N, V) array of logits every fresh temporary costs a pass over memory.
+    shifted -= np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+    return shifted
