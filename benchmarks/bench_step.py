@@ -62,6 +62,7 @@ PAD, BOS, EOS, FIRST_ID = 0, 1, 2, 4
 MARKER = "@@RESULT@@ "
 PHASES = ("forward", "backward", "optimiser", "step")
 SIDES = ("numpy", "torch", "compile")
+CLOCKS = ("wall", "cpu")
 
 
 @dataclass(frozen=True)
@@ -178,18 +179,31 @@ def median(xs: List[float]) -> float:
 GEMM_N = 2048
 
 
-def gemm_times(matmul, reps: int = 3) -> List[float]:
-    """Seconds of ``reps`` float32 (n, n) @ (n, n) products, after one untimed one."""
+def gemm_times(matmul, reps: int = 3) -> Dict[str, List[float]]:
+    """Wall and CPU seconds of ``reps`` float32 (n, n) @ (n, n) products, after one untimed one."""
     matmul()
-    times = []
+    times: Dict[str, List[float]] = {"wall": [], "cpu": []}
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = clock()
         matmul()
-        times.append(time.perf_counter() - t0)
+        t1 = clock()
+        times["wall"].append(t1[0] - t0[0])
+        times["cpu"].append(t1[1] - t0[1])
     return times
 
 
 # ---- workers: one side, one configuration, one long-lived process ----------------------------
+def clock():
+    """(wall seconds, this process's CPU seconds): with one thread the CPU time is what the
+    step cost, whatever else the machine ran meanwhile; the wall time is what a user waits."""
+    return time.perf_counter(), time.process_time()
+
+
+def phases(*marks) -> dict:
+    """{"wall": [forward, backward, optimiser], "cpu": [...]} from four clock() readings."""
+    return {kind: [b[i] - a[i] for a, b in zip(marks, marks[1:])] for i, kind in enumerate(("wall", "cpu"))}
+
+
 def numpy_setup(c: BenchConfig):
     """The model, and ``step()`` doing one training step and returning its phases' seconds."""
     import numpy as np
@@ -204,7 +218,6 @@ def numpy_setup(c: BenchConfig):
     opt = Adam(model.parameters(), lr=NoamSchedule(c.D, 4000))
     grads = model.gradients()
     losses = []
-    clock = time.perf_counter
 
     def step():
         t0 = clock()
@@ -218,7 +231,7 @@ def numpy_setup(c: BenchConfig):
         opt.step(grads)
         t3 = clock()
         losses.append(loss)
-        return t1 - t0, t2 - t1, t3 - t2
+        return phases(t0, t1, t2, t3)
 
     def check_float32():
         """Every parameter, gradient and optimiser moment, and the logits, stay float32."""
@@ -293,7 +306,6 @@ def torch_setup(c: BenchConfig, threads: int, compiled: bool):
     if compiled:
         forward_loss = torch.compile(forward_loss)
     losses = []
-    clock = time.perf_counter
 
     def step():
         t0 = clock()
@@ -307,7 +319,7 @@ def torch_setup(c: BenchConfig, threads: int, compiled: bool):
         opt.zero_grad(set_to_none=True)
         t3 = clock()
         losses.append(loss.item())
-        return t1 - t0, t2 - t1, t3 - t2
+        return phases(t0, t1, t2, t3)
 
     return model, step, losses, batch
 
@@ -370,9 +382,10 @@ def worker_main(args) -> None:
             break
         if cmd[0] == "steps":
             times = [step() for _ in range(int(cmd[1]))]
-            reply = {phase: [t[i] for t in times] for i, phase in enumerate(PHASES[:3])}
+            reply = {kind: {phase: [t[kind][i] for t in times] for i, phase in enumerate(PHASES[:3])}
+                     for kind in CLOCKS}
         elif cmd[0] == "gemm":
-            reply = {"gemm_s": gemm_times(matmul) if matmul is not None else []}
+            reply = gemm_times(matmul) if matmul is not None else {"wall": [], "cpu": []}
         else:
             reply = {"error": f"unknown command {line!r}"}
         print(MARKER + json.dumps(reply), flush=True)
@@ -442,56 +455,61 @@ def run_config(name: str, threads: int, sides: List[str], args) -> dict:
     if len({w.facts["batch_checksum"] for w in workers.values()}) > 1:
         raise RuntimeError(f"the workers of {name!r} did not train on the same batch")
     order = [s for s in sides if s in workers]
-    times = {s: {p: [] for p in PHASES} for s in order}
-    blocks = {s: [] for s in order}  # per round: the block's median step
-    gemm: List[float] = []
+    times = {k: {s: {p: [] for p in PHASES} for s in order} for k in CLOCKS}
+    gemm: Dict[str, List[float]] = {k: [] for k in CLOCKS}
     load = [os.getloadavg()[0]]
     for r in range(args.rounds):
         if "numpy" in workers:
-            gemm += workers["numpy"].ask("gemm")["gemm_s"]
+            reply = workers["numpy"].ask("gemm")
+            for k in CLOCKS:
+                gemm[k] += reply[k]
             time.sleep(args.pause)
         for side in (order if r % 2 == 0 else order[::-1]):
             reply = workers[side].ask(f"steps {args.block}")
-            steps = [sum(t) for t in zip(*(reply[p] for p in PHASES[:3]))]
-            for p in PHASES[:3]:
-                times[side][p] += reply[p]
-            times[side]["step"] += steps
-            blocks[side].append(median(steps))
+            for k in CLOCKS:
+                for p in PHASES[:3]:
+                    times[k][side][p] += reply[k][p]
+                times[k][side]["step"] += [sum(t) for t in zip(*(reply[k][p] for p in PHASES[:3]))]
             time.sleep(args.pause)
         load.append(os.getloadavg()[0])
-        print(f"    round {r + 1}/{args.rounds}: " + ", ".join(f"{s} {1e3 * blocks[s][-1]:.1f} ms" for s in order),
-              flush=True)
+        print(f"    round {r + 1}/{args.rounds}: " + ", ".join(
+            f"{s} {1e3 * median(times['wall'][s]['step'][-args.block:]):.0f} ms wall "
+            f"{1e3 * median(times['cpu'][s]['step'][-args.block:]):.0f} ms CPU" for s in order), flush=True)
     finals = {s: w.close() for s, w in workers.items()}
     result = {"config": name, "threads": threads, "flops_per_step": flops, "errors": errors,
-              "loadavg_1min_during": {"min": min(load), "max": max(load), "samples": load}, "sides": {}}
+              "loadavg_1min_during": {"min": min(load), "max": max(load), "samples": load}, "sides": {},
+              "phases_s": {k: {s: {p: spread(times[k][s][p]) for p in PHASES} for s in order} for k in CLOCKS},
+              "raw_s": times}
     for s in order:
-        result["sides"][s] = {**workers[s].facts, **finals[s], "phases_s": {p: spread(times[s][p]) for p in PHASES},
-                              "block_median_step_s": blocks[s], "raw_s": times[s]}
-    if gemm:
-        g = [2.0 * GEMM_N ** 3 / t / 1e9 for t in gemm]
-        result["gemm_gflops"] = {"median": median(g), "p10": quantile(g, 0.1), "p90": quantile(g, 0.9),
-                                 "max": max(g), "n": len(g)}
-        step = result["sides"]["numpy"]["phases_s"]["step"]["median"]
-        result["numpy_gflops"] = flops / step / 1e9
-        result["share_of_gemm_peak"] = result["numpy_gflops"] / result["gemm_gflops"]["median"]
-    # Paired ratios: in each round, numpy's block median over the other side's.
-    result["ratios"] = {}
-    if "numpy" in times:
-        for other in order:
-            if other == "numpy":
-                continue
-            per_phase = {}
-            for p in PHASES + ("forward+backward",):
-                def series(side):
-                    if p == "forward+backward":
-                        return [a + b for a, b in zip(times[side]["forward"], times[side]["backward"])]
-                    return times[side][p]
-                a, b = series("numpy"), series(other)
-                k = args.block
-                paired = [median(a[i:i + k]) / median(b[i:i + k]) for i in range(0, len(a), k)]
-                per_phase[p] = {"median_of_medians": median(a) / median(b), "paired_median": median(paired),
-                                "paired_p10": quantile(paired, 0.1), "paired_p90": quantile(paired, 0.9)}
-            result["ratios"][f"numpy/{other}"] = per_phase
+        result["sides"][s] = {**workers[s].facts, **finals[s]}
+    if gemm["wall"]:
+        result["gemm_gflops"], result["numpy_gflops"], result["share_of_gemm_peak"] = {}, {}, {}
+        for k in CLOCKS:
+            g = [2.0 * GEMM_N ** 3 / t / 1e9 for t in gemm[k]]
+            result["gemm_gflops"][k] = {"median": median(g), "p10": quantile(g, 0.1), "p90": quantile(g, 0.9),
+                                        "max": max(g), "n": len(g)}
+            step = result["phases_s"][k]["numpy"]["step"]["median"]
+            result["numpy_gflops"][k] = flops / step / 1e9
+            result["share_of_gemm_peak"][k] = result["numpy_gflops"][k] / result["gemm_gflops"][k]["median"]
+    # Paired ratios: in each round, numpy's block median over the other side's block median.
+    result["ratios"] = {k: {} for k in CLOCKS}
+    if "numpy" in order:
+        for k in CLOCKS:
+            for other in order:
+                if other == "numpy":
+                    continue
+                per_phase = {}
+                for p in PHASES + ("forward+backward",):
+                    def series(side):
+                        t = times[k][side]
+                        if p == "forward+backward":
+                            return [a + b for a, b in zip(t["forward"], t["backward"])]
+                        return t[p]
+                    a, b, n = series("numpy"), series(other), args.block
+                    paired = [median(a[i:i + n]) / median(b[i:i + n]) for i in range(0, len(a), n)]
+                    per_phase[p] = {"ratio_of_medians": median(a) / median(b), "paired_median": median(paired),
+                                    "paired_p10": quantile(paired, 0.1), "paired_p90": quantile(paired, 0.9)}
+                result["ratios"][k][f"numpy/{other}"] = per_phase
     return result
 
 
@@ -499,29 +517,30 @@ def print_result(res: dict) -> None:
     sides = list(res["sides"])
     print(f"\n{res['config']}, {res['threads']} thread(s); load average (1 min) during the run "
           f"{res['loadavg_1min_during']['min']:.2f}-{res['loadavg_1min_during']['max']:.2f}")
-    head = f"{'phase':<17}" + "".join(f"{s + ' ms (p10-p90)':>26}" for s in sides) + \
-        "".join(f"{'numpy/' + s:>22}" for s in sides if s != "numpy")
-    print(head)
-    print("-" * len(head))
-    for p in PHASES + ("forward+backward",):
-        row = f"{p:<17}"
-        for s in sides:
-            if p == "forward+backward":
-                row += f"{'':>26}"
-                continue
-            st = res["sides"][s]["phases_s"][p]
-            row += f"{1e3 * st['median']:>11.1f} ({1e3 * st['p10']:6.1f}-{1e3 * st['p90']:6.1f})"
-        for s in sides:
-            if s == "numpy":
-                continue
-            r = res["ratios"][f"numpy/{s}"][p]
-            row += f"{r['paired_median']:>9.2f} ({r['paired_p10']:.2f}-{r['paired_p90']:.2f})"
-        print(row)
-    if "gemm_gflops" in res:
-        g = res["gemm_gflops"]
-        print(f"float32 GEMM {GEMM_N}^3 (numpy): median {g['median']:.1f} GFLOP/s (p10-p90 {g['p10']:.1f}-"
-              f"{g['p90']:.1f}, best {g['max']:.1f}); the numpy step: {res['numpy_gflops']:.1f} GFLOP/s = "
-              f"{100 * res['share_of_gemm_peak']:.1f}% of the median peak")
+    for k in CLOCKS:
+        head = f"{k + ' time':<17}" + "".join(f"{s + ' ms (p10-p90)':>28}" for s in sides) + \
+            "".join(f"{'numpy/' + s:>22}" for s in sides if s != "numpy")
+        print(head)
+        print("-" * len(head))
+        for p in PHASES + ("forward+backward",):
+            row = f"{p:<17}"
+            for s in sides:
+                if p == "forward+backward":
+                    row += f"{'':>28}"
+                    continue
+                st = res["phases_s"][k][s][p]
+                row += f"{1e3 * st['median']:>11.1f} ({1e3 * st['p10']:7.1f}-{1e3 * st['p90']:7.1f})"
+            for s in sides:
+                if s != "numpy" and "numpy" in sides:
+                    r = res["ratios"][k][f"numpy/{s}"][p]
+                    row += f"{r['paired_median']:>9.2f} ({r['paired_p10']:.2f}-{r['paired_p90']:.2f})"
+            print(row)
+        if "gemm_gflops" in res:
+            g = res["gemm_gflops"][k]
+            print(f"float32 GEMM {GEMM_N}^3 (numpy, {k} time): median {g['median']:.1f} GFLOP/s (p10-p90 "
+                  f"{g['p10']:.1f}-{g['p90']:.1f}, best {g['max']:.1f}); the numpy step: "
+                  f"{res['numpy_gflops'][k]:.1f} GFLOP/s = {100 * res['share_of_gemm_peak'][k]:.1f}% of the median")
+        print()
     for s in sides:
         f = res["sides"][s]
         print(f"{s}: {f['n_params']:,} parameters, loss {f['first_loss']:.3f} -> {f['last_loss']:.3f} over "
@@ -554,12 +573,14 @@ def profile_numpy(name: str, threads: int, steps: int = 5, top: int = 25) -> Non
     os.environ.update({k: v for k, v in thread_env(threads).items() if k.endswith("_NUM_THREADS")})
     _, step, _, _, _ = numpy_setup(CONFIGS[name])
     step()
-    prof = cProfile.Profile()
+    # Process CPU time, not wall time: on a shared machine another process's burst would
+    # otherwise be charged to whichever function happened to be running.
+    prof = cProfile.Profile(time.process_time)
     prof.enable()
     for _ in range(steps):
         step()
     prof.disable()
-    print(f"== cProfile of {steps} numpy training steps, config {name} ({CONFIGS[name]}), "
+    print(f"== cProfile (process CPU time) of {steps} numpy training steps, config {name} ({CONFIGS[name]}), "
           f"{threads} thread(s), top {top} by tottime ==")
     pstats.Stats(prof).sort_stats("tottime").print_stats(top)
 
