@@ -57,7 +57,7 @@ def layernorm_backward(dout: np.ndarray, cache: LayerNormCache):
     every row). With :math:`g = dout \\odot \\gamma`, differentiating :math:`\\hat x` through
     the mean and the variance gives
 
-    .. math:: dx = \\frac{1}{\\sigma}\\left(g - \\overline{g} - \\hat x\\, \\overline{g \\odot \\hat x}\\right)
+    .. math:: dx = \\frac{1}{\\sqrt{\\sigma^2 + \\epsilon}}\\left(g - \\overline{g} - \\hat x\\, \\overline{g \\odot \\hat x}\\right)
 
     where the bars are means over the last axis.
 
