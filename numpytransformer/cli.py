@@ -95,13 +95,16 @@ def cmd_train(args) -> None:
     _check_out(args)
     given_train = given_values(args, TrainConfig)
     if args.resume:
-        changed = [flag_of(c, k) for c in (cls.Data, ModelSettings) for k in given_values(args, c)]
-        if changed:
-            raise NumpyTransformerError(f"--resume continues the run as it was; only training options can change "
-                                        f"(not {', '.join(changed)})")
         ck = Path(args.out) / "last"
         doc = read_checkpoint_meta(ck, for_resume=True)
         task = _task_of(doc, ck, args.data_dir)
+        if task.name != cls.name:
+            raise NumpyTransformerError(f"--resume: {args.out} holds a {task.name} run, not a {cls.name} run")
+        changed = [flag_of(c, k) for c, now in ((cls.Data, task.data), (ModelSettings, task.model))
+                   for k, v in given_values(args, c).items() if getattr(now, k) != v]
+        if changed:
+            raise NumpyTransformerError(f"--resume continues the run as it was; only training options can change "
+                                        f"(not {', '.join(changed)})")
         try:
             train_cfg = dataclasses.replace(TrainConfig(**doc["train"]), **given_train)
         except TypeError as e:

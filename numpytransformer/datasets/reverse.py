@@ -23,6 +23,8 @@ Two formulations
 
 from __future__ import annotations
 
+import itertools
+
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple
 
@@ -278,3 +280,43 @@ def tagger_batch(seqs: Sequence, max_len: int, pad_id: int = PAD_ID) -> Tuple[np
     y = np.take_along_axis(x, mirror, axis=1)
     y[pos >= lengths[:, None]] = pad_id
     return x, y
+
+
+def short_lengths(task: ReverseTask, n_train: int) -> List[int]:
+    """The lengths with no more distinct sequences than their share of ``n_train``.
+
+    Only 20 sequences of length 1 and 400 of length 2 exist with 20 symbols: dealt into
+    disjoint splits they would nearly vanish from training, although a user types them as
+    often as any other length. :func:`training_splits` trains on all of them instead.
+    """
+    share = n_train // (task.max_len - task.min_len + 1)
+    return [L for L in range(task.min_len, task.max_len + 1) if task.n_symbols ** L <= share]
+
+
+def training_splits(task: ReverseTask, n_train: int, n_val: int, n_test: int, seed: int):
+    """:func:`make_splits`, except that every sequence of a :func:`short_lengths` length is in
+    training, repeated up to the length's share (those lengths cannot be held out)."""
+    train, val, test = make_splits(task, n_train, n_val, n_test, seed)
+    short = short_lengths(task, n_train)
+    share = n_train // (task.max_len - task.min_len + 1)
+    train = [x for x in train if len(x) not in short]
+    for L in short:
+        every = [np.array(s, dtype=np.int64) + (N_SPECIAL - 1)
+                 for s in itertools.product(range(1, task.n_symbols + 1), repeat=L)]
+        train += [every[i % len(every)] for i in range(share)]
+    return train, val, test
+
+
+def fresh_sequences(task: ReverseTask, n: int, seed: int, seen: set, short: Sequence[int]) -> List[np.ndarray]:
+    """``n`` sequences of uniformly drawn lengths, whose bytes are not in ``seen`` (the
+    lengths in ``short``, trained on completely, are drawn from all sequences)."""
+    rng, out = np.random.default_rng(seed), []
+    for L in rng.integers(task.min_len, task.max_len + 1, size=n):
+        for _ in range(1000):
+            x = rng.integers(1, task.n_symbols + 1, size=int(L)) + (N_SPECIAL - 1)
+            if int(L) in short or x.tobytes() not in seen:
+                out.append(x)
+                break
+        else:
+            raise ValueError(f"no unseen sequence of length {L} is left: the training set holds them all")
+    return out

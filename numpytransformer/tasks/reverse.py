@@ -5,17 +5,11 @@
 - ``tagger``: an encoder-only model reads the input padded to ``max_len`` and predicts
   at each position ``i`` the token at position ``len - 1 - i``.
 
-Short sequences. Lengths are drawn uniformly, but only 20 sequences of length 1 and 400
-of length 2 exist (with 20 symbols): drawn without repeats and dealt into disjoint
-splits, they would nearly vanish from training, although a user types them as often
-as any other length. So every length whose whole space fits in its share of the
-training set is trained on completely, each sequence repeated up to that share; those
-lengths cannot be held out, and their evaluation draws from the sequences trained on
-(:meth:`ReversalTask.evaluate` says so). Longer lengths stay disjoint between the splits.
+Lengths 1 and 2 are trained on completely (see
+:func:`~numpytransformer.datasets.reverse.short_lengths`); ``eval`` reports exact match per length.
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Dict, List, Sequence
 
@@ -23,7 +17,7 @@ import numpy as np
 
 from ..config import TransformerConfig
 from ..datasets.batching import pad_batch
-from ..datasets.reverse import ReverseTask, make_splits
+from ..datasets.reverse import ReverseTask, fresh_sequences, short_lengths, training_splits
 from ..decoding import beam_search, greedy_decode
 from ..errors import NumpyTransformerError
 from ..metrics import sequence_metrics
@@ -82,24 +76,15 @@ class ReversalTask(Task):
     # ---- data -----------------------------------------------------------------------
     @property
     def splits(self):
-        """(train, val, test) lists of content-id arrays; short lengths trained on completely."""
+        """(train, val, test) lists of content-id arrays (see :func:`training_splits`)."""
         if self._splits is None:
             d = self.data
-            train, val, test = make_splits(self.spec, d.n_train, d.n_val, d.n_test, self.model.seed)
-            share, short = d.n_train // (d.max_len - d.min_len + 1), self.short_lengths()
-            train = [x for x in train if len(x) not in short]
-            for L in short:
-                every = [np.array(s, dtype=np.int64) + 3
-                         for s in itertools.product(range(1, d.n_symbols + 1), repeat=L)]
-                train += [every[i % len(every)] for i in range(share)]
-            self._splits = (train, val, test)
+            self._splits = training_splits(self.spec, d.n_train, d.n_val, d.n_test, self.model.seed)
         return self._splits
 
     def short_lengths(self) -> List[int]:
         """The lengths trained on completely (and so not held out)."""
-        d = self.data
-        return [L for L in range(d.min_len, d.max_len + 1)
-                if d.n_symbols ** L <= d.n_train // (d.max_len - d.min_len + 1)]
+        return short_lengths(self.spec, self.data.n_train)
 
     def train_batches(self, epoch: int) -> list:
         """Random batches of mixed lengths, reshuffled every epoch (bucketing by length made
@@ -164,21 +149,13 @@ class ReversalTask(Task):
     def test_report(self, model) -> Dict[str, float]:
         return self.evaluate(model, n=1000, seed=1)
 
-    def fresh_sequences(self, n: int, seed: int) -> List[np.ndarray]:
-        """``n`` sequences, lengths uniform: held out (in no split) for the longer lengths, drawn
-        from the trained-on space for :meth:`short_lengths`."""
-        d, rng = self.data, np.random.default_rng(seed)
-        seen = {x.tobytes() for x in self.splits[0]} | {x.tobytes() for x in self.splits[1]}
-        short, out = set(self.short_lengths()), []
-        for L in rng.integers(d.min_len, d.max_len + 1, size=n):
-            for _ in range(1000):
-                x = rng.integers(1, d.n_symbols + 1, size=int(L)) + 3
-                if int(L) in short or x.tobytes() not in seen:
-                    out.append(x)
-                    break
-            else:
-                raise NumpyTransformerError(f"no unseen sequence of length {L} is left: the training set holds them all")
-        return out
+    def fresh(self, n: int, seed: int) -> List[np.ndarray]:
+        """``n`` sequences in neither the training nor the validation split (but short lengths)."""
+        seen = {x.tobytes() for x in self.splits[0] + self.splits[1]}
+        try:
+            return fresh_sequences(self.spec, n, seed, seen, self.short_lengths())
+        except ValueError as e:
+            raise NumpyTransformerError(str(e)) from None
 
     def evaluate(self, model, n: int, seed: int, beam: int = 1) -> Dict[str, float]:
         """Metrics on ``n`` fresh sequences, overall and at each length."""
@@ -186,7 +163,7 @@ class ReversalTask(Task):
             raise NumpyTransformerError(f"--n must be from 1 to 1000000, got {n}")
         short = self.short_lengths()
         note = {"trained_on_lengths": f"{short[0]}-{short[-1]}"} if short else {}
-        return {"n": n, **note, **self.metrics(model, self.fresh_sequences(n, seed), beam, by_length=True)}
+        return {"n": n, **note, **self.metrics(model, self.fresh(n, seed), beam, by_length=True)}
 
     # ---- the user's side --------------------------------------------------------------------
     def parse(self, text: str) -> np.ndarray:
