@@ -24,7 +24,7 @@ import numpy as np
 
 from ..config import TransformerConfig
 from ..datasets.batching import bucket_batches, pad_batch
-from ..datasets.imdb import clean_review, load_imdb, train_val_split
+from ..datasets.imdb import clean_review, load_imdb, sample_stratified, train_val_texts, truncate_ids
 from ..errors import NumpyTransformerError
 from ..models import TransformerClassifier
 from ..settings import ModelSettings, check_fields, option
@@ -37,39 +37,6 @@ __all__ = ["SentimentData", "SentimentTask", "LABELS", "truncate_ids"]
 
 PAD, BOS, UNK = 0, 1, 3
 LABELS = ("negative", "positive")  # by label id
-
-
-def truncate_ids(ids: Sequence[int], max_tokens: int, mode: str = "head+tail") -> List[int]:
-    """Cut a review to at most ``max_tokens`` tokens.
-
-    ``"head"`` keeps the first ``max_tokens``; ``"head+tail"`` the first
-    ``ceil(max_tokens / 2)`` and the last ``floor(max_tokens / 2)``: a reviewer often sums
-    up at the end, and Sun et al. (2019) found head+tail the best cut on IMDB.
-
-    >>> truncate_ids([1, 2, 3, 4, 5, 6, 7], 4, "head+tail")
-    [1, 2, 6, 7]
-    """
-    ids = list(ids)
-    if len(ids) <= max_tokens or mode == "head":
-        return ids[:max_tokens]
-    n_tail = max_tokens // 2
-    return ids[:max_tokens - n_tail] + (ids[-n_tail:] if n_tail else [])
-
-
-def sample_stratified(labels: np.ndarray, n: Optional[int], seed: int) -> np.ndarray:
-    """Indices of a random sample of exactly ``n`` examples in the labels' proportions
-    (all of them, in order, for None or n >= len). Remainders go to the classes with the
-    largest fractional share, ties broken at random."""
-    if n is None or n >= len(labels):
-        return np.arange(len(labels))
-    rng = np.random.default_rng(seed)
-    classes, counts = np.unique(labels, return_counts=True)
-    share = n * counts / counts.sum()
-    take = np.floor(share).astype(np.int64)
-    take[np.lexsort((rng.random(len(classes)), -(share - take)))[:n - take.sum()]] += 1
-    pick = np.concatenate([rng.choice(np.flatnonzero(labels == c), size=k, replace=False)
-                           for c, k in zip(classes, take)])
-    return rng.permutation(pick)
 
 
 @dataclass
@@ -138,13 +105,8 @@ class SentimentTask(Task):
                 pick = sample_stratified(labels, d.n_test, seed)
                 self._texts["test"] = ([texts[i] for i in pick], labels[pick])
                 return self._texts["test"]
-            texts, labels = load_imdb("train", self.data_dir, clean=True)
-            pick = sample_stratified(labels, d.n_train, seed)
-            tr_t, tr_y, va_t, va_y = train_val_split([texts[i] for i in pick], labels[pick], d.val_fraction, seed)
-            seen = set(tr_t)  # IMDB repeats a few reviews: a copy in both sets would be scored on what was trained on
-            keep = np.array([t not in seen for t in va_t], dtype=bool)
-            self.n_val_duplicates = int((~keep).sum())
-            va_t, va_y = [t for t, k in zip(va_t, keep) if k], va_y[keep]
+            (tr_t, tr_y), (va_t, va_y), self.n_val_duplicates = train_val_texts(self.data_dir, d.n_train,
+                                                                                d.val_fraction, seed)
             for name, y in (("training", tr_y), ("validation", va_y)):
                 if len(np.unique(y)) < len(LABELS):
                     raise NumpyTransformerError(f"the {name} set has no review of some class: raise --n-train or "
