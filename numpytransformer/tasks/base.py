@@ -133,6 +133,16 @@ class Task(ABC):
         """``(maps, labels, output)``: attention maps of every layer for one input."""
         raise NumpyTransformerError(f"the {self.name} task draws no attention maps")
 
+    @staticmethod
+    def labelled_maps(model, src: List[str], out: Optional[List[str]] = None):
+        """The first example's attention maps of the last forward, by module name, and their
+        (query, key) labels: encoder and decoder self-attention over their own tokens,
+        cross-attention from the output to the source."""
+        maps = {name: w[0] for name, w in model.attention_maps().items()}
+        labels = {name: (src, src) if name.startswith("encoder") else (out, out) if "self_attn" in name
+                  else (out, src) for name in maps}
+        return maps, labels
+
     def generate(self, model, prompt: str, tokens: int, temperature: float, top_k=None, top_p=None,
                  seed: int = 0) -> str:
         """``generate``: continue ``prompt`` by sampling (language models only)."""

@@ -200,19 +200,10 @@ class ReversalTask(Task):
 
     def attention(self, model, text: str):
         x = self.parse(text)
-        src_labels = text.split()
         pred = self.predict_ids(model, [x])[0]
         if self.data.formulation == "seq2seq":
             model.forward(x[None], np.array([[BOS] + pred], dtype=np.int64))
-            out_labels = ["<bos>"] + self.format(pred).split()
         else:
             model.forward(x[None])
-        kinds = {"encoder": (src_labels, src_labels)}
-        if self.data.formulation == "seq2seq":
-            kinds.update({"self_attn": (out_labels, out_labels), "cross_attn": (out_labels, src_labels)})
-        maps, labels = {}, {}
-        for name, w in model.attention_maps().items():
-            maps[name] = w[0]
-            labels[name] = kinds["encoder"] if name.startswith("encoder") else (
-                kinds["self_attn"] if "self_attn" in name else kinds["cross_attn"])
+        maps, labels = self.labelled_maps(model, text.split(), ["<bos>"] + self.format(pred).split())
         return maps, labels, self.format(pred)

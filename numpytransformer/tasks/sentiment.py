@@ -231,8 +231,7 @@ class SentimentTask(Task):
         label = self.predict(model, [text])[0]
         model.forward(x)
         toks = self.vocab.decode(x[0], strip_special=False)
-        maps = {name: w[0] for name, w in model.attention_maps().items()}
-        labels = {name: (toks, toks) for name in maps}
+        maps, labels = self.labelled_maps(model, toks)
         last = maps[list(maps)[-1]]
         pooled, row = (last[:, :1, :], [toks[0]]) if self.data.pooling == "first" else (
             last.mean(axis=1, keepdims=True), ["mean"])

@@ -217,11 +217,6 @@ class TranslationTask(Task):
             raise NumpyTransformerError("the sentence is empty")
         hyp = self.translate_ids(model, [src_ids])[0]
         model.forward(src_ids[None], np.array([[BOS] + hyp], dtype=np.int64))
-        src_labels = self.src_vocab.decode(src_ids, strip_special=False)
-        out_labels = ["<bos>"] + self.tgt_vocab.decode(hyp, strip_special=False)
-        maps, labels = {}, {}
-        for name, w in model.attention_maps().items():
-            maps[name] = w[0]
-            labels[name] = ((src_labels, src_labels) if name.startswith("encoder") else
-                            (out_labels, out_labels) if "self_attn" in name else (out_labels, src_labels))
+        maps, labels = self.labelled_maps(model, self.src_vocab.decode(src_ids, strip_special=False),
+                                          ["<bos>"] + self.tgt_vocab.decode(hyp, strip_special=False))
         return maps, labels, self.detok(hyp)
