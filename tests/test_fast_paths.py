@@ -1,0 +1,113 @@
+"""The library's speed-minded forms against the textbook forms they replace (issue 21).
+
+LayerNorm's row means by einsum, Adam's update in a reused work array and the loss's
+log-probabilities read off the softmax's sum must give what the plain NumPy expressions
+give: outputs and gradients, float64 to rounding, float32 to a few ulps.
+"""
+import numpy as np
+import pytest
+
+from numpytransformer.layernorm import layernorm_backward, layernorm_forward
+from numpytransformer.losses import softmax_cross_entropy_backward, softmax_cross_entropy_forward
+from numpytransformer.optim import Adam
+from numpytransformer.softmax import log_softmax
+
+
+def textbook_layernorm(x, gamma, beta, eps=1e-5):
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+    return gamma * (x - mu) / np.sqrt(var + eps) + beta
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-13), (np.float32, 2e-6)])
+def test_layernorm_forward_equals_textbook(dtype, tol):
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((3, 5, 16)) * 3 + 2).astype(dtype)
+    gamma, beta = rng.standard_normal(16).astype(dtype), rng.standard_normal(16).astype(dtype)
+    out, cache = layernorm_forward(x, gamma, beta)
+    assert out.dtype == dtype and cache.xhat.dtype == dtype and cache.rstd.dtype == dtype
+    np.testing.assert_allclose(out, textbook_layernorm(x, gamma, beta), rtol=0, atol=tol * 10)
+    # The backward reads the cache: its xhat and rstd must be the textbook ones too.
+    mu = x.mean(axis=-1, keepdims=True)
+    np.testing.assert_allclose(cache.rstd, 1 / np.sqrt(((x - mu) ** 2).mean(axis=-1, keepdims=True) + 1e-5),
+                               rtol=tol)
+
+
+def test_layernorm_gradient_of_the_fast_forward_matches_finite_differences():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 3, 8))
+    gamma, beta = rng.standard_normal(8), rng.standard_normal(8)
+    dout = rng.standard_normal((2, 3, 8))
+    _, cache = layernorm_forward(x, gamma, beta)
+    dx, _, _ = layernorm_backward(dout, cache)
+    h = 1e-6
+    num = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        xp, xm = x.copy(), x.copy()
+        xp[i] += h
+        xm[i] -= h
+        num[i] = np.sum(dout * (textbook_layernorm(xp, gamma, beta) - textbook_layernorm(xm, gamma, beta))) / (2 * h)
+    assert np.max(np.abs(dx - num)) < 1e-7
+
+
+def textbook_adam(params, grads_seq, lr, b1=0.9, b2=0.98, eps=1e-9):
+    """Kingma & Ba's algorithm 1, with temporaries, bias corrections on m and v."""
+    p = {k: v.copy() for k, v in params.items()}
+    m = {k: np.zeros_like(v) for k, v in p.items()}
+    v = {k: np.zeros_like(x) for k, x in p.items()}
+    for t, grads in enumerate(grads_seq, start=1):
+        for k in p:
+            g = grads[k]
+            m[k] = b1 * m[k] + (1 - b1) * g
+            v[k] = b2 * v[k] + (1 - b2) * g * g
+            m_hat, v_hat = m[k] / (1 - b1 ** t), v[k] / (1 - b2 ** t)
+            p[k] = p[k] - lr * m_hat / (np.sqrt(v_hat) + eps * 1.0)
+    return p
+
+
+def test_adam_work_array_update_equals_textbook_adam():
+    rng = np.random.default_rng(2)
+    params = {"a": rng.standard_normal((4, 7)), "b": rng.standard_normal(3), "c": rng.standard_normal((2, 2, 5))}
+    grads_seq = [{k: rng.standard_normal(v.shape) for k, v in params.items()} for _ in range(5)]
+    live = {k: v.copy() for k, v in params.items()}
+    # eps small enough that folding it into eps_hat (Adam paper, section 2) changes nothing visible
+    opt = Adam(live, lr=1e-2, eps=1e-12)
+    for grads in grads_seq:
+        opt.step(grads)
+    expected = textbook_adam(params, grads_seq, 1e-2, eps=1e-12)
+    for k in params:
+        np.testing.assert_allclose(live[k], expected[k], rtol=1e-12, atol=1e-12)
+        assert live[k].shape == params[k].shape
+
+
+def textbook_cross_entropy(logits, targets, pad_id, eps):
+    V = logits.shape[-1]
+    logp = log_softmax(logits.reshape(-1, V), axis=1)
+    t = targets.reshape(-1)
+    valid = t != pad_id
+    q = np.full(logp.shape, eps / V)
+    q[np.arange(len(t)), t] += 1 - eps
+    rows = -(q * logp).sum(axis=1)
+    n = valid.sum()
+    grad = (np.exp(logp) - q) * valid[:, None] / n
+    return rows[valid].sum() / n, grad.reshape(logits.shape)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_loss_read_off_the_softmax_equals_log_softmax_form(eps):
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((3, 4, 11)) * 5
+    targets = rng.integers(0, 11, (3, 4))
+    targets[0, 0] = 0  # a pad target
+    loss, cache = softmax_cross_entropy_forward(logits, targets, pad_id=0, label_smoothing=eps)
+    dlogits = softmax_cross_entropy_backward(1.0, cache)
+    ref_loss, ref_grad = textbook_cross_entropy(logits, targets, 0, eps)
+    assert abs(loss - ref_loss) < 1e-13
+    np.testing.assert_allclose(dlogits, ref_grad, rtol=0, atol=1e-15)
+
+
+def test_loss_stays_finite_where_a_probability_underflows():
+    """A logit 200 below the rest: p underflows to 0 in float32, log p must not be -inf."""
+    logits = np.array([[0.0, -200.0, 1.0]], dtype=np.float32)
+    loss, _ = softmax_cross_entropy_forward(logits, np.array([1]), pad_id=None)
+    assert np.isfinite(loss) and abs(loss - (200 + np.log(1 + np.exp(1.0)))) < 1e-3
