@@ -7,19 +7,22 @@ positions, tied output; AdamW (lr 1e-3, betas 0.9/0.99, weight decay 0.1 on matr
 100 warm-up iterations then a cosine decay to 1e-4, gradient clipping at 1.0.
 
 Our side is :class:`numpytransformer.lm.TransformerLM` trained the way ``train lm`` trains
-it: Adam (betas 0.9/0.98) with the Noam schedule and clipping, with a recipe of its own
-(``--np-*`` flags).
+it: Adam (betas 0.9/0.98, no weight decay) with the Noam schedule and clipping at 1.0, with
+a recipe of its own (:data:`NP_DEFAULTS`, changed by ``--np "key=value ..."``; repeat
+``--np`` to run several of ours against one reference). Each of our sides trains for as
+long as the reference took for its 2,000 iterations (or ``--np-seconds``).
 
-Both train in the same process, in alternating slices of ``--slice`` seconds, so that the
-load of a shared machine falls on both alike; only training time is counted. Validation
+All sides train in the same process, in alternating slices of ``--slice`` seconds, so that
+the load of a shared machine falls on all alike; only training time is counted. Validation
 loss is measured the same way for both, at the end: the mean cross-entropy in nats per
 character over the whole validation split (the last 10% of input.txt) cut into
 non-overlapping windows of the model's context, every position predicted.
 
 Usage::
 
-    OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 python benchmarks/bench_lm.py \\
-        --np-iters 1500 --np-batch 24 --np-layers 4 ...
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/bench_lm.py --threads 1
+    python benchmarks/bench_lm.py --threads 1 --np "layers=4 lr_factor=0.6" --np ""   # two of ours
+    python benchmarks/bench_lm.py --sides none --np "block=128" --kv-tokens 500   # the KV-cache timing only
 """
 from __future__ import annotations
 
@@ -150,8 +153,10 @@ def torch_side(args, train, val, vocab):
 
 
 # ---- our NumPy model ----------------------------------------------------------------------
-NP_DEFAULTS = dict(iters=10 ** 9, batch=12, block=64, d=128, heads=4, layers=4, ff=512, dropout=0.0,
-                   positions="learned", lr_factor=1.0, warmup=100)
+#: Our side's default: the recipe measured best at the reference's time (benchmarks/RESULTS.md): two blocks
+#: instead of four, 32 windows of 64 instead of 12, and a Noam peak of about 7e-3.
+NP_DEFAULTS = dict(iters=10 ** 9, batch=32, block=64, d=128, heads=4, layers=2, ff=512, dropout=0.0,
+                   positions="learned", lr_factor=0.8, warmup=100)
 
 
 def parse_spec(text: str) -> dict:
@@ -212,6 +217,8 @@ def main(argv=None):
                    help='one numpy side, e.g. "lr_factor=0.6 batch=32 layers=2" (repeat for more; see NP_DEFAULTS)')
     p.add_argument("--np-seconds", type=float, default=0.0,
                    help="training time of each numpy side (0: the torch side's time, once it is done)")
+    p.add_argument("--kv-tokens", type=int, default=500,
+                   help="tokens generated with and without the KV cache to time it (0: skip)")
     p.add_argument("--sample", type=int, default=300, help="characters sampled from our model at the end")
     args = p.parse_args(argv)
 
@@ -232,10 +239,12 @@ def main(argv=None):
     def time_limit():
         if args.np_seconds > 0:
             return args.np_seconds
+        if "torch" not in sides:
+            raise SystemExit("--np-seconds is needed without the torch side")
         torch_state = sides["torch"][0]
         return torch_state["time"] if torch_state["it"] >= 2000 else float("inf")
 
-    specs = args.np or ([""] if "numpy" in args.sides.split(",") else [])
+    specs = (args.np or [""]) if "numpy" in args.sides.split(",") else []
     for i, text in enumerate(specs):
         sides[f"numpy{i}"] = numpy_side(args, parse_spec(text), train, val, len(chars), time_limit)
         print(f"# numpy{i}: {parse_spec(text)}")
@@ -260,6 +269,30 @@ def main(argv=None):
         model = sides["numpy0"][3]["model"].eval()
         ids = generate(model, [stoi["\n"]], args.sample, temperature=0.8, top_k=40, seed=0)
         print("SAMPLE numpy0 (temperature 0.8, top-k 40):\n" + "".join(chars[i] for i in ids))
+    if args.kv_tokens:
+        if "numpy0" in sides:
+            model, spec = sides["numpy0"][3]["model"], parse_spec(specs[0])
+        else:  # the speed does not depend on the weights: an untrained model of the first --np
+            spec = parse_spec(args.np[0] if args.np else "")
+            model = numpy_side(args, spec, train, val, len(chars), lambda: 0.0)[3]["model"]
+        kv_cache_speed(model, spec, args.kv_tokens, stoi["\n"])
+
+
+def kv_cache_speed(model, spec, n, start_id):
+    """Time ``n`` generated tokens with and without the KV cache (best of 3 each); check they agree."""
+    best = {}
+    for use_cache in (True, False):
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            ids = generate(model, [start_id], n, temperature=0.8, top_k=40, seed=0, use_cache=use_cache)
+            times.append(time.perf_counter() - t0)
+        best[use_cache] = (min(times), ids)
+    assert best[True][1] == best[False][1], "cached and uncached generation differ"
+    (tc, _), (tf, _) = best[True], best[False]
+    print(f"RESULT kv-cache {n} tokens, context {spec['block']}, {spec['layers']} layers of {spec['d']}: "
+          f"cached {tc:.2f} s ({n / tc:,.0f} tok/s), uncached {tf:.2f} s ({n / tf:,.0f} tok/s), "
+          f"speed-up {tf / tc:.1f}x, same tokens")
 
 
 if __name__ == "__main__":
