@@ -21,6 +21,11 @@ __all__ = [
     "float_arrays",
     "id_arrays",
     "attention_masks",
+    "bad_ids",
+    "non_finite_arrays",
+    "bad_ints",
+    "bad_reals",
+    "bad_bools",
 ]
 
 PAD_ID = 0
@@ -80,3 +85,85 @@ def attention_masks(draw, B: int, T: int, S: int, fully_masked_rows: bool = Fals
                 if not bits[b, 0, t].any():
                     bits[b, 0, t, draw(st.integers(0, S - 1))] = True
     return bits
+
+
+# ---- bad input, for the fuzz tests of the public boundary (tests/test_fuzz_api.py) ------------
+#: Values that are not numbers at all, or containers of numbers.
+not_numbers = st.one_of(st.none(), st.text(max_size=4), st.just([1]), st.just({"a": 1}), st.just(b"1"))
+
+
+@st.composite
+def bad_ids(draw, B: int, T: int, vocab_size: int):
+    """Token ids the public boundary must refuse, as a ``(value, kind)`` pair.
+
+    Every kind is wrong on its own: an id out of ``[0, vocab_size)`` (``-1`` included),
+    a float, bool, string or object dtype, an int too large for int64, a ragged list,
+    the wrong number of dimensions, or no positions at all.
+    """
+    kind = draw(st.sampled_from(["negative", "too_large", "float", "whole_float", "bool", "ragged", "ndim1",
+                                 "ndim3", "empty", "huge_int", "string", "nan"]))
+    ids = draw(arrays(np.int64, (B, T), elements=st.integers(0, vocab_size - 1)))
+    b, t = draw(st.integers(0, B - 1)), draw(st.integers(0, T - 1))
+    if kind == "negative":
+        ids[b, t] = draw(st.integers(-2 ** 40, -1))
+    elif kind == "too_large":
+        ids[b, t] = draw(st.integers(vocab_size, 2 ** 62))
+    elif kind == "float":
+        ids = ids.astype(np.float64)
+        ids[b, t] += 0.5
+    elif kind == "whole_float":
+        ids = ids.astype(draw(st.sampled_from([np.float32, np.float64])))
+    elif kind == "bool":
+        ids = ids > 0
+    elif kind == "ragged":
+        ids = [list(row) for row in ids] + [[1] * (T + 1)]
+    elif kind == "ndim1":
+        ids = ids[0]
+    elif kind == "ndim3":
+        ids = ids[:, :, None]
+    elif kind == "empty":
+        ids = ids[:, :0]
+    elif kind == "huge_int":
+        ids = ids.tolist()
+        ids[b][t] = 10 ** 20
+    elif kind == "string":
+        ids = ids.astype(str)
+    elif kind == "nan":
+        ids = ids.astype(np.float64)
+        ids[b, t] = np.nan
+    return ids, kind
+
+
+@st.composite
+def non_finite_arrays(draw, shape, dtype=np.float64):
+    """Float arrays of ``shape`` with at least one NaN, +inf or -inf among finite values."""
+    x = draw(float_arrays(shape, dtype=dtype))
+    n = draw(st.integers(1, max(1, x.size)))
+    flat = x.reshape(-1)
+    for _ in range(n):
+        flat[draw(st.integers(0, x.size - 1))] = draw(st.sampled_from([np.nan, np.inf, -np.inf]))
+    return x
+
+
+def bad_ints(low=None, high=None):
+    """Values an integer argument in ``[low, high]`` must refuse: out of range, bool, float, not a number."""
+    out_of_range = []
+    if low is not None:
+        out_of_range.append(st.integers(max_value=low - 1))
+    if high is not None:
+        out_of_range.append(st.integers(min_value=high + 1, max_value=10 ** 30))
+    return st.one_of(*out_of_range, st.booleans(), st.floats(), st.just(np.float64(1.0)), not_numbers)
+
+
+def bad_reals(low=None, high=None, low_open=False, high_open=False):
+    """Values a real argument in the interval must refuse: outside it, NaN, +-inf, bool, not a number."""
+    def outside(v):
+        return ((low is not None and (v <= low if low_open else v < low))
+                or (high is not None and (v >= high if high_open else v > high)))
+    return st.one_of(st.floats().filter(lambda v: not np.isfinite(v) or outside(v)),
+                     st.booleans(), st.just(np.array(0.1)), not_numbers)
+
+
+def bad_bools():
+    """Values a flag must refuse: 0/1 and other ints, "no"/"false"/"True" strings, floats, None."""
+    return st.one_of(st.integers(), st.sampled_from(["no", "false", "True", "0", ""]), st.floats(), st.none())
