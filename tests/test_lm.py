@@ -379,3 +379,26 @@ def test_training_on_the_embedded_corpus_lowers_the_loss():
 def test_split_is_first_ninety_percent():
     train, val = split_text("abcdefghij")
     assert (train, val) == ("abcdefghi", "j")
+
+
+def test_exact_resume_through_the_trainer(tmp_path):
+    """Two epochs in one go equal one epoch, then --resume for the second (dropout on)."""
+    from numpytransformer.trainer import TrainConfig, Trainer
+
+    def run(out, epochs, resume=False):
+        task = embedded_task("char")
+        task.model.dropout = 0.1
+        model = task.build_model()
+        trainer = Trainer(model, task, TrainConfig(epochs=epochs, lr_factor=1.0, warmup=10, label_smoothing=0.0,
+                                                   log_every=1000), out, log=lambda *_: None)
+        if resume:
+            trainer.resume()
+            assert trainer.epoch == 1 and trainer.optimizer.t == 5  # it goes on after the first epoch
+        trainer.fit()
+        return model
+
+    whole = run(tmp_path / "a", 2)
+    run(tmp_path / "b", 1)
+    resumed = run(tmp_path / "b", 2, resume=True)
+    for name, p in whole.parameters().items():
+        np.testing.assert_array_equal(p, resumed.parameters()[name])
