@@ -40,6 +40,18 @@ def _forbid(logits: np.ndarray, *ids: int) -> np.ndarray:
     return logits
 
 
+def _top_k(cand: np.ndarray, K: int) -> np.ndarray:
+    """Per row, the indices of the K largest values, best first, ties to the lower index:
+    ``np.argsort(-cand, axis=1, kind="stable")[:, :K]`` without sorting the whole row
+    (K * V candidates a row; the full sort was 60% of beam search's time)."""
+    kth = -np.partition(-cand, K - 1, axis=1)[:, K - 1]  # (B,) the K-th best value
+    top = np.empty((cand.shape[0], K), dtype=np.int64)
+    for b, row in enumerate(cand):
+        idx = np.flatnonzero(row >= kth[b])  # the K best and every tie with the K-th, in index order
+        top[b] = idx[np.argsort(-row[idx], kind="stable")[:K]]
+    return top
+
+
 def _strip(row: np.ndarray, eos_id: int) -> List[int]:
     """Tokens up to (not including) the first EOS."""
     out = []
@@ -159,7 +171,7 @@ def _beam(model, memory, src_mask, max_len, K, length_penalty, bos_id, eos_id):
         logp[finished] = -np.inf
         logp[finished, eos_id] = 0.0  # a finished beam stays as it is
         cand = (scores[:, :, None] + logp).reshape(B, K * V)
-        top = np.argsort(-cand, axis=1, kind="stable")[:, :K]  # (B, K)
+        top = _top_k(cand, K)  # (B, K)
         beam, tok = top // V, top % V
         scores = np.take_along_axis(cand, top, axis=1)
         seqs = np.concatenate([np.take_along_axis(seqs, beam[:, :, None], axis=1), tok[:, :, None]], axis=2)

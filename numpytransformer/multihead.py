@@ -228,24 +228,25 @@ class MultiHeadAttention(Module):
 
     def _forward_cached(self, x, x_kv, mask, kv_cache: dict) -> np.ndarray:
         p, H = self.params, self.n_heads
+
+        def project(a, name):  # linear_forward: one (B*T, D) @ (D, D) product, not one per sentence
+            return split_heads(linear_forward(a, p["W_" + name], p["b_" + name])[0], H)
+
         if x_kv is None:
-            q = split_heads(x @ p["W_q"] + p["b_q"], H)  # (B, H, T_new, D/H)
-            k = split_heads(x @ p["W_k"] + p["b_k"], H)
-            v = split_heads(x @ p["W_v"] + p["b_v"], H)
+            q, k, v = project(x, "q"), project(x, "k"), project(x, "v")  # (B, H, T_new, D/H)
             if "k" in kv_cache:
                 k = np.concatenate([kv_cache["k"], k], axis=2)  # (B, H, T_so_far, D/H)
                 v = np.concatenate([kv_cache["v"], v], axis=2)
             kv_cache["k"], kv_cache["v"] = k, v
         else:
-            q = split_heads(x @ p["W_q"] + p["b_q"], H)
+            q = project(x, "q")
             if "k" not in kv_cache:
-                kv_cache["k"] = split_heads(x_kv @ p["W_k"] + p["b_k"], H)  # (B, H, S, D/H)
-                kv_cache["v"] = split_heads(x_kv @ p["W_v"] + p["b_v"], H)
+                kv_cache["k"], kv_cache["v"] = project(x_kv, "k"), project(x_kv, "v")  # (B, H, S, D/H)
             k, v = kv_cache["k"], kv_cache["v"]
         att, att_cache = attention_forward(q, k, v, mask)
         self.attention_weights = att_cache.weights
         self._cache = None  # inference only: there is nothing to differentiate
-        return merge_heads(att) @ p["W_o"] + p["b_o"]
+        return linear_forward(merge_heads(att), p["W_o"], p["b_o"])[0]
 
     def backward(self, dout: np.ndarray):
         """Returns ``dx`` for self-attention, ``(dx, dx_kv)`` for cross-attention."""

@@ -111,3 +111,34 @@ def test_loss_stays_finite_where_a_probability_underflows():
     logits = np.array([[0.0, -200.0, 1.0]], dtype=np.float32)
     loss, _ = softmax_cross_entropy_forward(logits, np.array([1]), pad_id=None)
     assert np.isfinite(loss) and abs(loss - (200 + np.log(1 + np.exp(1.0)))) < 1e-3
+
+
+def test_beam_top_k_equals_the_stable_full_sort():
+    """decoding._top_k picks what np.argsort(-cand, kind="stable")[:, :K] picks, ties and -inf included."""
+    from numpytransformer.decoding import _top_k
+
+    rng = np.random.default_rng(4)
+    for _ in range(300):
+        B, K, V = (int(n) for n in rng.integers(1, 6, size=3))
+        cand = rng.integers(-3, 3, (B, K * V)).astype(float)  # few distinct values: many ties
+        cand[rng.random(cand.shape) < 0.3] = -np.inf
+        np.testing.assert_array_equal(_top_k(cand, K), np.argsort(-cand, axis=1, kind="stable")[:, :K])
+
+
+def test_cached_decoder_step_equals_the_full_decode():
+    """MultiHeadAttention's cached path (flattened projections) gives the full forward's logits."""
+    from numpytransformer import Transformer, TransformerConfig
+
+    cfg = TransformerConfig(src_vocab_size=13, tgt_vocab_size=11, d_model=16, n_heads=4, n_layers=2, d_ff=32,
+                            max_len=12, dropout=0.0, pad_id=0, dtype="float64", seed=0)
+    model = Transformer(cfg)
+    rng = np.random.default_rng(5)
+    src = rng.integers(1, 13, (3, 6))
+    src[0, 4:] = 0
+    tgt = rng.integers(1, 11, (3, 5))
+    memory, mask = model.encode(src)
+    full = model.decode(tgt, memory, mask)
+    caches = [{} for _ in range(cfg.n_decoder_layers)]
+    for t in range(tgt.shape[1]):
+        step = model.decode_step(tgt[:, t:t + 1], memory, mask, caches, t)
+        np.testing.assert_allclose(step[:, 0], full[:, t], rtol=0, atol=1e-12)
