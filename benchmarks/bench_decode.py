@@ -279,7 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=int, default=1000, help="first N validation sentences (default %(default)s)")
     p.add_argument("--batch-size", type=int, default=100, help="sentences per batch (default %(default)s)")
     p.add_argument("--beam", type=int, default=4, help="beam size; 0 skips beam search (default %(default)s)")
-    p.add_argument("--repeats", type=int, default=2, help="interleaved passes per side (default %(default)s)")
+    p.add_argument("--repeats", type=int, default=2, help="interleaved greedy passes per side (default %(default)s)")
+    p.add_argument("--beam-repeats", type=int, default=1, help="interleaved beam passes per side (default %(default)s)")
     p.add_argument("--data-dir", default=None,
                    help="folder holding multi30k/ (default: $NUMPYTRANSFORMER_DATA, else <repo>/../shared/data)")
     p.add_argument("--threads", type=int, default=1,
@@ -292,8 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.n < 1 or args.batch_size < 1 or args.repeats < 1 or args.beam < 0:
-        raise SystemExit("--n, --batch-size and --repeats must be positive, --beam at least 0")
+    if args.n < 1 or args.batch_size < 1 or args.repeats < 1 or args.beam_repeats < 1 or args.beam < 0:
+        raise SystemExit("--n, --batch-size, --repeats and --beam-repeats must be positive, --beam at least 0")
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # before NumPy is imported
         os.environ[name] = str(args.threads)
 
@@ -336,7 +337,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 run_pass(fns[kind], warm, 8)
     results, outputs = {}, {}
     for kind in ("greedy", "beam") if args.beam else ("greedy",):
-        for r in range(args.repeats):
+        for r in range(args.repeats if kind == "greedy" else args.beam_repeats):
             for side in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
                 out, wall, cpu = run_pass(sides[side][kind], batches, len(src_ids))
                 outputs[(side, kind)] = out
