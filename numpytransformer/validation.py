@@ -69,7 +69,7 @@ def check_ids(ids, name: str, vocab_size: int, max_len: Optional[int] = None, nd
     """
     arr = as_array(ids, name)
     if arr.dtype == object or arr.dtype.kind not in "iu":
-        if arr.dtype.kind == "f" and arr.size and np.all(np.mod(arr, 1) == 0):
+        if arr.dtype.kind == "f" and arr.size and np.isfinite(arr).all() and np.all(np.mod(arr, 1) == 0):
             hint = " (it holds whole numbers: convert with .astype(np.int64))"
         elif arr.dtype == object:
             hint = " (integers too large for int64, or values that are not numbers)"
