@@ -9,6 +9,7 @@ from .attention import causal_mask, padding_mask
 from .config import TransformerConfig
 from .dropout import Dropout
 from .embedding import Embedding
+from .errors import NumpyTransformerError
 from .layernorm import LayerNorm
 from .layers import DecoderLayer, EncoderLayer
 from .linear import Linear, linear_backward, linear_forward
@@ -16,8 +17,8 @@ from .module import Module, ModuleList
 from .multihead import MultiHeadAttention
 from .pooling import first_token_backward, first_token_forward, mean_pool_backward, mean_pool_forward
 from .positional import PositionalEncoding
-from .errors import NumpyTransformerError
-from .validation import check_float, check_ids, check_int, check_mask, check_same_batch, inputs_checked
+from .validation import (check_float, check_ids, check_int, check_mask, check_same_batch, inputs_checked,
+                         needs_checks)
 
 __all__ = ["Embedder", "Encoder", "Decoder", "OutputProjection", "Transformer",
            "TransformerTagger", "TransformerClassifier", "make_rngs"]
@@ -131,8 +132,11 @@ class OutputProjection(Module):
             self.add_param("b", np.zeros(vocab_size, dtype=dtype))
 
     def forward(self, h: np.ndarray) -> np.ndarray:
+        """h (..., D) -> logits (..., V)."""
         if self.tied is None:
-            return self.linear(h)
+            return self.linear(h)  # Linear checks h
+        if needs_checks():  # False inside a model, which has checked its own inputs
+            check_float(h, "h", self.params["b"].dtype, last_dim=self.tied.params["W"].shape[1])
         logits, self._cache = linear_forward(h, self.tied.params["W"].T, self.params["b"])
         return logits
 
