@@ -39,6 +39,7 @@ Usage::
     python benchmarks/bench_step.py --threads 1 2 --rounds 15 --json benchmarks/results/bench_step.json
     python benchmarks/bench_step.py --no-compile --config reversal  # skip torch.compile
     python benchmarks/bench_step.py --config translation --profile   # cProfile of the numpy step
+    python benchmarks/bench_step.py --side numpy --before /tmp/old    # this library against an older one
 """
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ from typing import Dict, List, Optional
 PAD, BOS, EOS, FIRST_ID = 0, 1, 2, 4
 MARKER = "@@RESULT@@ "
 PHASES = ("forward", "backward", "optimiser", "step")
-SIDES = ("numpy", "torch", "compile")
+SIDES = ("numpy", "torch", "compile", "before")  # before: numpy with the library of --before DIR
 CLOCKS = ("wall", "cpu")
 
 
@@ -337,14 +338,17 @@ def worker_main(args) -> None:
     side = args.worker
     t0 = time.perf_counter()
     facts: dict = {"side": side}
-    if side == "numpy":
+    if side in ("numpy", "before"):
         import numpy as np
 
         model, step, check_float32, losses, batch = numpy_setup(c)
         check_float32()
         facts["n_params"] = model.num_parameters()
         blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-        facts["library"] = f"numpy {np.__version__}, BLAS {blas.get('name')} {blas.get('version')}"
+        import numpytransformer
+
+        facts["library"] = (f"numpy {np.__version__}, BLAS {blas.get('name')} {blas.get('version')}, "
+                            f"numpytransformer from {os.path.dirname(os.path.dirname(numpytransformer.__file__))}")
         try:
             import threadpoolctl  # optional: which OpenBLAS kernel runs, with how many threads
 
@@ -404,11 +408,14 @@ def thread_env(threads: int) -> Dict[str, str]:
 class Worker:
     """One side's process, spoken to line by line."""
 
-    def __init__(self, side: str, config: str, threads: int, warmup: int):
+    def __init__(self, side: str, config: str, threads: int, warmup: int, before: Optional[str] = None):
         self.side = side
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", side, "--config", config,
                "--warmup", str(warmup), "--threads", str(threads)]
-        self.proc = subprocess.Popen(cmd, env=thread_env(threads), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        env = thread_env(threads)
+        if side == "before":  # an older checkout of the library, imported ahead of the installed one
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.abspath(before), env.get("PYTHONPATH")) if p)
+        self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, bufsize=1)
         self.facts = self._read()
 
@@ -444,7 +451,7 @@ def run_config(name: str, threads: int, sides: List[str], args) -> dict:
     errors: Dict[str, str] = {}
     for side in sides:
         try:
-            workers[side] = Worker(side, name, threads, args.warmup)
+            workers[side] = Worker(side, name, threads, args.warmup, args.before)
         except RuntimeError as e:
             errors[side] = str(e)
             print(f"    {side}: FAILED: {e}", flush=True)
@@ -598,6 +605,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pause", type=float, default=0.2, help="seconds of rest between blocks (default %(default)s)")
     p.add_argument("--side", action="append", choices=SIDES, help="run only this side; repeat (default: all)")
     p.add_argument("--no-compile", action="store_true", help="leave out the torch.compile side")
+    p.add_argument("--before", metavar="DIR", help="add the side 'before': numpy with the numpytransformer found in "
+                   "DIR (e.g. DIR made by `git archive <commit> | tar -x -C DIR`), to time a change A/B")
     p.add_argument("--json", metavar="PATH", help="write the results and the machine's facts here")
     p.add_argument("--profile", action="store_true",
                    help="instead of timing, cProfile 5 numpy steps of each chosen config")
@@ -618,7 +627,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         for name in args.config:
             profile_numpy(name, args.threads[0])
         return 0
-    sides = args.side or [s for s in SIDES if not (s == "compile" and args.no_compile)]
+    sides = args.side or [s for s in SIDES if not (s == "compile" and args.no_compile) and s != "before"]
+    if args.before and "before" not in sides:
+        sides.append("before")
+    if "before" in sides and not args.before:
+        raise SystemExit("--side before needs --before DIR")
     facts = machine_facts()
     print(f"{facts['cpu_model'] or facts['processor']}, {facts['cpu_count']} CPUs, load average "
           f"{' '.join(f'{x:.2f}' for x in facts['loadavg_at_start'])}; threads {args.threads}; "
