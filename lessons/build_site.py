@@ -70,7 +70,8 @@ def to_html(nb) -> str:
 def write_index(out: Path, entries) -> None:
     rows = "\n".join(
         f'<li><a href="{html.escape(e["page"])}">{html.escape(e["title"])}</a>'
-        f' <span class="meta">({e["figures"]} figures, ran in {e["seconds"]:.0f} s)</span></li>' for e in entries)
+        f' <span class="meta">({e["figures"]} figure{"" if e["figures"] == 1 else "s"}, ran in {e["seconds"]:.0f} s)'
+        '</span></li>' for e in entries)
     (out / "index.html").write_text(f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>numpytransformer: the lessons</title>
 <style>body {{ font-family: sans-serif; max-width: 46em; margin: 2em auto; line-height: 1.5 }}
