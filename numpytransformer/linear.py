@@ -5,6 +5,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from .buffers import empty_reusable
 from .module import Module
 from .validation import check_float, needs_checks
 
@@ -36,8 +37,11 @@ def linear_forward(x: np.ndarray, W: np.ndarray, b: Optional[np.ndarray]):
     cache : LinearCache
     """
     # One (N, D_in) @ (D_in, D_out) product over all rows: a stacked (B, T, D) @ (D, D')
-    # would make NumPy call BLAS once per batch item, on small matrices.
-    out = (x.reshape(-1, x.shape[-1]) @ W).reshape(*x.shape[:-1], W.shape[1])
+    # would make NumPy call BLAS once per batch item, on small matrices. A large result
+    # (the logits) goes into memory reused from an earlier one nobody holds (buffers.py).
+    x2 = x.reshape(-1, x.shape[-1])
+    out = np.matmul(x2, W, out=empty_reusable((x2.shape[0], W.shape[1]), np.result_type(x2, W)))
+    out = out.reshape(*x.shape[:-1], W.shape[1])
     if b is not None:
         out += b
     return out, LinearCache(x, W)

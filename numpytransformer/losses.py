@@ -5,6 +5,7 @@ from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from .buffers import empty_reusable
 from .errors import NumpyTransformerError
 from .validation import as_array, check_int, check_real
 
@@ -69,7 +70,7 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, pad_i
     # temporaries and p. On (1536, 8000) float32 each fresh array of that size costs more
     # than the arithmetic on it (page faults).
     m = z.max(axis=1, keepdims=True)
-    probs = np.subtract(z, m)  # (N, V); exp(z - m) <= 1 cannot overflow
+    probs = np.subtract(z, m, out=empty_reusable(z.shape, z.dtype))  # (N, V); exp(z - m) <= 1 cannot overflow
     np.exp(probs, out=probs)
     total = probs.sum(axis=1, keepdims=True)  # >= 1
     probs /= total

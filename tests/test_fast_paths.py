@@ -142,3 +142,41 @@ def test_cached_decoder_step_equals_the_full_decode():
     for t in range(tgt.shape[1]):
         step = model.decode_step(tgt[:, t:t + 1], memory, mask, caches, t)
         np.testing.assert_allclose(step[:, 0], full[:, t], rtol=0, atol=1e-12)
+
+
+def test_reused_large_arrays_are_never_ones_a_caller_holds():
+    """buffers.empty_reusable: a held result (or a view of it) keeps its memory; a dropped one is reused."""
+    from numpytransformer.buffers import REUSE_BYTES, empty_reusable
+
+    n = REUSE_BYTES // 4 // 100 + 1  # rows of 100 float32: just above the pooling threshold
+    a = empty_reusable((n, 100), np.float32)
+    a[:] = 1.0
+    b = empty_reusable((n, 100), np.float32)  # a is held: b must be elsewhere
+    assert not np.shares_memory(a, b)
+    b[:] = 2.0
+    assert (a == 1.0).all()
+    view = a[:3].T
+    del a
+    c = empty_reusable((n, 100), np.float32)  # a's memory is still held through the view
+    assert not np.shares_memory(view, c)
+    del b
+    d = empty_reusable((n - 7, 100), np.float32)  # b dropped: a smaller array reuses its memory
+    assert d.shape == (n - 7, 100) and d.dtype == np.float32 and d.flags.c_contiguous
+    small = empty_reusable((3, 4), np.float64)
+    assert small.shape == (3, 4) and small.flags.owndata
+
+
+def test_two_live_logits_of_the_same_shape_stay_distinct():
+    """Large outputs of linear_forward (pooled) held at once are independent arrays."""
+    from numpytransformer.buffers import REUSE_BYTES
+    from numpytransformer.linear import linear_forward
+
+    rng = np.random.default_rng(6)
+    V = REUSE_BYTES // 4 // 64 + 1  # 64 rows of V float32 logits: pooled
+    W = rng.standard_normal((8, V)).astype(np.float32)
+    x1, x2 = (rng.standard_normal((4, 16, 8)).astype(np.float32) for _ in range(2))
+    out1, _ = linear_forward(x1, W, None)
+    out2, _ = linear_forward(x2, W, None)
+    assert not np.shares_memory(out1, out2)
+    np.testing.assert_allclose(out1, x1 @ W, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out2, x2 @ W, rtol=1e-5, atol=1e-5)
