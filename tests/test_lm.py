@@ -402,3 +402,18 @@ def test_exact_resume_through_the_trainer(tmp_path):
     resumed = run(tmp_path / "b", 2, resume=True)
     for name, p in whole.parameters().items():
         np.testing.assert_array_equal(p, resumed.parameters()[name])
+
+
+def test_task_attention_predict_and_evaluate():
+    task = embedded_task("bpe")
+    model = task.build_model()
+    maps, labels, guess = task.attention(model, "KING:\nThe moon")
+    assert list(maps) == ["layers.0.self_attn"] and maps["layers.0.self_attn"].shape[0] == 2  # heads
+    T = maps["layers.0.self_attn"].shape[-1]
+    assert len(labels["layers.0.self_attn"][0]) == T and "".join(labels["layers.0.self_attn"][0]) == "KING:\nThe moon"
+    out = task.predict(model, ["KING:", ""])
+    assert out[0].startswith("KING:") and len(out) == 2
+    m = task.evaluate(model, 5, seed=0)
+    assert m["val_tokens"] == 5 * task.data.block_size and m["val_ppl"] == pytest.approx(math.exp(m["val_loss"]))
+    with pytest.raises(NumpyTransformerError, match="beam"):
+        task.evaluate(model, 5, 0, beam=4)
