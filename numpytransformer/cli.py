@@ -132,8 +132,9 @@ def cmd_train(args) -> None:
     load_checkpoint(out / which, model)
     model.eval()
     print(f"final (test, {which} checkpoint): {_fmt(task.test_report(model))}")
+    prompt = "--prompt " if task.predict_command == "generate" else ""
     print(f"checkpoint: {out / which}   try: python -m numpytransformer {task.predict_command} --checkpoint {out} "
-          f"\"{task.example_input()}\"")
+          f"{prompt}\"{task.example_input()}\"")
 
 
 # ---- using a checkpoint ---------------------------------------------------------------------

@@ -23,6 +23,7 @@ from ..errors import NumpyTransformerError
 from ..lm import TransformerLM
 from ..losses import cross_entropy
 from ..sampling import generate
+from ..softmax import log_softmax
 from ..settings import ModelSettings, check_fields, option
 from ..trainer import TrainConfig
 from .base import Task
@@ -154,9 +155,7 @@ class LanguageModelTask(Task):
         lengths = self.tokenizer.lengths
         nats = 0.0
         for i in range(0, len(x), 64):
-            logits = model.forward(x[i:i + 64]).astype(np.float64)
-            z = logits - logits.max(axis=-1, keepdims=True)
-            logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+            logp = log_softmax(model.forward(x[i:i + 64]).astype(np.float64))
             nats -= float(np.take_along_axis(logp, y[i:i + 64, :, None], axis=-1).sum())
         chars = int(lengths[y].sum())
         loss = nats / chars
@@ -205,9 +204,8 @@ class LanguageModelTask(Task):
         model.eval()
         logits = model.forward(ids[None])
         labels = [self.tokenizer.decode([i]) for i in ids]
-        maps = {name: w[0] for name, w in model.attention_maps().items()}
-        guess = self.tokenizer.decode(logits[0].argmax(axis=-1))
-        return maps, {name: (labels, labels) for name in maps}, guess
+        maps, labelled = self.labelled_maps(model, labels, labels)
+        return maps, labelled, self.tokenizer.decode(logits[0].argmax(axis=-1))
 
     def example_input(self) -> str:
         return "ROMEO:" if self.data.corpus == "shakespeare" else "JULIET:"
