@@ -8,6 +8,7 @@ same outputs and gradients up to rounding.
 """
 from __future__ import annotations
 
+import sys
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -193,6 +194,32 @@ def multihead_attention_backward(dout: np.ndarray, cache: MHACache):
     return dx_q, dx_kv, dW_q, db_q, dW_k, db_k, dW_v, db_v, dW_o, db_o
 
 
+def _append_positions(cached: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """``np.concatenate([cached, new], axis=2)`` for the KV cache, without copying the cache each step.
+
+    The cached keys (B, H, T, D/H) are a view of a buffer with room for more positions.
+    When nothing but the cache holds that view, and no other view of the buffer exists
+    (reference counts: a cache copied or branched by someone keeps its positions), the new
+    positions are written after the old ones and a longer view is returned. Otherwise (the
+    first append, a cache reordered by beam search, a shared cache) the positions go into
+    a new buffer twice as long. Either way the result equals the concatenation.
+    """
+    B, H, T, dk = cached.shape
+    n = new.shape[2]
+    buf = cached.base
+    # 3 references each: the cache's (or the view's base), this function's name, getrefcount's argument.
+    if (isinstance(buf, np.ndarray) and buf.ndim == 4 and buf.dtype == cached.dtype
+            and buf.shape[:2] == (B, H) and buf.shape[3] == dk and buf.shape[2] >= T + n
+            and buf.strides == cached.strides and buf.ctypes.data == cached.ctypes.data
+            and sys.getrefcount(cached) <= 3 and sys.getrefcount(buf) <= 3):
+        buf[:, :, T:T + n] = new
+        return buf[:, :, :T + n]
+    buf = np.empty((B, H, max(16, 2 * (T + n)), dk), dtype=np.result_type(cached, new))
+    buf[:, :, :T] = cached
+    buf[:, :, T:T + n] = new
+    return buf[:, :, :T + n]
+
+
 class MultiHeadAttention(Module):
     """Multi-head attention with parameters ``W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o``.
 
@@ -235,8 +262,8 @@ class MultiHeadAttention(Module):
         if x_kv is None:
             q, k, v = project(x, "q"), project(x, "k"), project(x, "v")  # (B, H, T_new, D/H)
             if "k" in kv_cache:
-                k = np.concatenate([kv_cache["k"], k], axis=2)  # (B, H, T_so_far, D/H)
-                v = np.concatenate([kv_cache["v"], v], axis=2)
+                k = _append_positions(kv_cache["k"], k)  # (B, H, T_so_far, D/H)
+                v = _append_positions(kv_cache["v"], v)
             kv_cache["k"], kv_cache["v"] = k, v
         else:
             q = project(x, "q")

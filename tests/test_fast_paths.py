@@ -180,3 +180,28 @@ def test_two_live_logits_of_the_same_shape_stay_distinct():
     assert not np.shares_memory(out1, out2)
     np.testing.assert_allclose(out1, x1 @ W, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out2, x2 @ W, rtol=1e-5, atol=1e-5)
+
+
+def test_kv_cache_append_equals_concatenate_and_never_writes_into_a_shared_cache():
+    """multihead._append_positions: equal to np.concatenate along positions; a branched cache stays intact."""
+    from numpytransformer.multihead import _append_positions
+
+    rng = np.random.default_rng(7)
+    cache = {"k": rng.standard_normal((2, 3, 1, 4))}
+    ref = cache["k"].copy()
+    for _ in range(20):
+        new = rng.standard_normal((2, 3, 1, 4))
+        cache["k"] = _append_positions(cache["k"], new)
+        ref = np.concatenate([ref, new], axis=2)
+        np.testing.assert_array_equal(cache["k"], ref)
+    a, b = cache, dict(cache)  # two decodings continuing from the same cache
+    del cache
+    a["k"] = _append_positions(a["k"], np.ones((2, 3, 1, 4)))
+    b["k"] = _append_positions(b["k"], np.zeros((2, 3, 1, 4)))
+    assert (a["k"][:, :, -1] == 1).all() and (b["k"][:, :, -1] == 0).all()
+    np.testing.assert_array_equal(a["k"][:, :, :-1], ref)
+    np.testing.assert_array_equal(b["k"][:, :, :-1], ref)
+    held = a["k"]  # someone keeps the keys of step t: extending the cache must not change them
+    snapshot = held.copy()
+    a["k"] = _append_positions(a["k"], np.full((2, 3, 1, 4), 5.0))
+    np.testing.assert_array_equal(held, snapshot)
