@@ -22,18 +22,9 @@ import time
 from pathlib import Path
 
 LESSONS = Path(__file__).resolve().parent
+sys.path.insert(0, str(LESSONS))
+from run_lessons import lesson_paths  # noqa: E402  (the one list of lessons, numbered and filtered)
 _IMG = re.compile(r"<img\s[^>]*src=\"data:image/(png|svg\+xml|jpeg)", re.IGNORECASE)
-
-
-def lesson_paths(numbers=()):
-    paths = sorted(LESSONS.glob("[0-9][0-9]_*.ipynb"))
-    if numbers:
-        wanted = {int(n) for n in numbers}
-        paths = [p for p in paths if int(p.name[:2]) in wanted]
-        missing = wanted - {int(p.name[:2]) for p in paths}
-        if missing:
-            raise SystemExit(f"error: no lesson numbered {sorted(missing)} in {LESSONS}")
-    return paths
 
 
 def title_of(nb) -> str:
