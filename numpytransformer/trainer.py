@@ -111,7 +111,9 @@ class Trainer:
             if not np.isfinite(loss):
                 raise FloatingPointError(f"the loss became {loss}: training diverged; lower --lr-factor or "
                                          "raise --warmup")
-            model.backward(dlogits / dlogits.dtype.type(len(group)))  # backward: the group's mean
+            if len(group) > 1:
+                dlogits /= dlogits.dtype.type(len(group))  # the update follows the group's mean loss
+            model.backward(dlogits)  # backward
             losses.append(loss)
             counted += n
         if self.cfg.clip_norm:
