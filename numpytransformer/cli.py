@@ -11,7 +11,6 @@ import argparse
 import dataclasses
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import List, Optional
@@ -107,7 +106,7 @@ def cmd_train(args) -> None:
                                         f"(not {', '.join(changed)})")
         try:
             train_cfg = dataclasses.replace(TrainConfig(**doc["train"]), **given_train)
-        except TypeError as e:
+        except (TypeError, NumpyTransformerError) as e:
             raise CheckpointError(f"{ck / 'checkpoint.json'}: field train does not fit ({e})") from None
     else:
         data = cls.Data(**given_values(args, cls.Data))
@@ -138,8 +137,14 @@ def cmd_train(args) -> None:
 
 
 # ---- using a checkpoint ---------------------------------------------------------------------
+def _check_beam(task, beam: int) -> None:
+    if beam > 1 and not task.searches:
+        raise NumpyTransformerError(f"--beam {beam}: the {task.name} model does not search its output; leave --beam out")
+
+
 def cmd_eval(args) -> None:
     task, model, ck = load_for_inference(args.checkpoint, args.data_dir)
+    _check_beam(task, args.beam)
     n = task.default_eval_n if args.n is None else args.n
     print(f"{ck}: {_fmt(task.evaluate(model, n=n, seed=args.seed, beam=args.beam))}")
 
@@ -147,6 +152,7 @@ def cmd_eval(args) -> None:
 def cmd_predict(args) -> None:
     need = {"translate": "translate", "classify": "sentiment"}.get(args.command)
     task, model, _ = load_for_inference(args.checkpoint, need=need)
+    _check_beam(task, args.beam)
     lines = _read_inputs(args.text)
     if args.text is not None and not args.text.strip():
         raise NumpyTransformerError("the input is empty: give some text, or none to read lines from stdin")
@@ -202,9 +208,15 @@ def _seed(text: str) -> int:
     return value
 
 
-def _positive(text: str) -> int:
-    from .settings import _parse_int
+def _count(text: str) -> int:
+    """``eval --n``: 0 (all) up to 10**7."""
+    value = _parse_int(text)
+    if not 0 <= value <= 10 ** 7:
+        raise argparse.ArgumentTypeError(f"expected 0 (all) or a count up to 10000000, got {text}")
+    return value
 
+
+def _positive(text: str) -> int:
     value = _parse_int(text)
     if not 1 <= value <= 10 ** 6:
         raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 1000000, got {text}")
@@ -223,7 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name in TASKS:
         cls = task_class(name)
         p = tsub.add_parser(name, help=cls.summary, description=f"{cls.__doc__.splitlines()[0]} Unset options take "
-                            "the task's recipe (shown as defaults).")
+                            "the task's recipe: the defaults shown are those of the default data settings (another "
+                            "--dataset or --corpus has its own; every run prints the settings it uses).")
         model, train_cfg = cls.recipe(cls.Data())
         add_flags(p, cls.Data, cls.Data(), "data")
         add_flags(p, ModelSettings, model, "model")
@@ -235,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", aliases=["evaluate"], help="metrics of a checkpoint on held-out data")
     ev.add_argument("--checkpoint", required=True, help="a checkpoint directory or a run directory")
-    ev.add_argument("--n", type=_parse_int, default=None, help="how many held-out examples (default: the task's; 0: all)")
+    ev.add_argument("--n", type=_count, default=None, help="how many held-out examples (default: the task's; 0: all)")
     ev.add_argument("--seed", type=_seed, default=1, help="seed of the fresh sample (default %(default)s)")
     ev.add_argument("--beam", type=_positive, default=1, help="beam size; 1 is greedy (default %(default)s)")
     ev.add_argument("--data-dir", **data_dir)

@@ -82,10 +82,17 @@ def run_sweep(runs: List[dict], out_dir, log: Callable[[str], None] = print) -> 
     records = []
     for i, run in enumerate(runs):
         done = out_dir / run["name"] / "result.json"
+        settings = {k: dataclasses.asdict(run[k]) for k in ("data", "model", "train")}
         if done.exists():
-            records.append(json.loads(done.read_text()))
-            log(f"[{i + 1}/{len(runs)}] {run['name']}: already done")
-            continue
+            try:
+                record = json.loads(done.read_text())
+            except ValueError:
+                raise NumpyTransformerError(f"{done} is damaged: delete it to train that run again") from None
+            if isinstance(record, dict) and all(record.get(k) == v for k, v in settings.items()):
+                records.append(record)
+                log(f"[{i + 1}/{len(runs)}] {run['name']}: already done")
+                continue
+            log(f"[{i + 1}/{len(runs)}] {run['name']}: {done} holds other settings; training again")
         log(f"[{i + 1}/{len(runs)}] {run['name']}: " + ", ".join(f"{k} {v}" for k, v in run["factors"].items()))
         task = ReversalTask(run["data"], run["model"])
         model = task.build_model()
@@ -97,7 +104,7 @@ def run_sweep(runs: List[dict], out_dir, log: Callable[[str], None] = print) -> 
         record = {"name": run["name"], "factors": run["factors"], "parameters": model.num_parameters(),
                   "updates": trainer.optimizer.t, "seconds": round(seconds, 1),
                   "token_accuracy": test["token_accuracy"], "exact_match": test["exact_match"],
-                  **{k: dataclasses.asdict(run[k]) for k in ("data", "model", "train")}}
+                  **settings}
         atomic_write_text(done, json.dumps(record, indent=1))
         log(f"    token accuracy {record['token_accuracy']:.4f}, exact match {record['exact_match']:.4f}, "
             f"{record['parameters']:,} parameters, {seconds:.0f} s")

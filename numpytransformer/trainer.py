@@ -89,7 +89,7 @@ class Trainer:
         self.optimizer = Adam(model.parameters(), lr=self.learning_rate)
         self.total_updates = cfg.epochs * -(-len(task.train_batches(0)) // cfg.accum_steps)
         self.history = {"steps": [], "epochs": []}
-        self.epoch = 0  # epochs finished
+        self.epoch = self.saved_epoch = 0  # epochs finished, and the one last/ holds
         self.best_score = -np.inf
         self.log = log or (lambda msg: print(msg, file=sys.stdout, flush=True))
 
@@ -114,13 +114,13 @@ class Trainer:
             if len(group) > 1:
                 dlogits /= dlogits.dtype.type(len(group))  # the update follows the group's mean loss
             model.backward(dlogits)  # backward
-            losses.append(loss)
+            losses.append(loss * n)
             counted += n
         if self.cfg.clip_norm:
             clip_grad_norm(grads, self.cfg.clip_norm)  # clip
         lr = self.optimizer.step(grads)  # Adam step
         model.zero_grad()
-        return float(np.mean(losses)), counted, lr
+        return float(sum(losses) / max(counted, 1)) if len(group) > 1 else float(loss), counted, lr
 
     # ---- epochs -------------------------------------------------------------------------
     def fit(self) -> dict:
@@ -157,8 +157,8 @@ class Trainer:
                     self.log(f"stopping: the time budget of {cfg.max_minutes} minutes is used up")
                     break
         except KeyboardInterrupt:
-            done = f"{self.out_dir / 'last'} holds epoch {self.epoch}" if self.epoch else "no epoch was finished"
-            self.log(f"interrupted: {done}; continue with --resume")
+            self.log(f"interrupted: {self.out_dir / 'last'} holds epoch {self.saved_epoch}; continue with --resume"
+                     if self.saved_epoch else "interrupted before the first epoch was saved: start again")
             raise
         plot_history(self.history, self.out_dir / "curves.png", log=self.log)
         if run.updates:
@@ -185,9 +185,10 @@ class Trainer:
         self.history["epochs"].append(record)
         score = metrics[self.task.selection_metric]
         if score >= self.best_score:  # a tie goes to the later, longer-trained epoch
+            self.best_score = score  # recorded in best/ itself
             self.save("best")
-            self.best_score = score
         self.save("last")
+        self.saved_epoch = self.epoch
         atomic_write_text(self.out_dir / "history.json", json.dumps(self.history, indent=1))
         shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
         self.log(f"epoch {self.epoch} done: train_loss {train_loss:.4f} {shown} [{_fmt_time(elapsed)}]")
@@ -213,6 +214,7 @@ class Trainer:
                                         f"({doc['data']} then, {self.task.data_summary()} now); start a new run")
         load_checkpoint(path, self.model, self.optimizer)
         self.epoch, self.history = doc["epoch"], doc["history"]
+        self.saved_epoch = self.epoch
         self.best_score = -np.inf if doc["best_score"] is None else doc["best_score"]
         self.log(f"resumed from {path} after epoch {self.epoch}, update {self.optimizer.t}")
 

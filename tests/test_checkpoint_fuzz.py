@@ -297,3 +297,30 @@ def test_no_traceback_reaches_the_terminal(base_run, tmp_path, cid):
                            text=True, timeout=120)
         assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and r.stderr.startswith("error: "), r.stderr
         assert "Traceback" not in r.stderr and (entry == "resume" or r.stdout == "")
+
+
+def _other_task_with_bad_state(name, state):
+    """The run relabelled as another task, with valid settings for it but a damaged vocabulary."""
+    import dataclasses
+
+    from numpytransformer.tasks.base import task_class
+
+    def damage(ck):
+        doc = _doc(ck)
+        doc["task"] = {"name": name, "data": dataclasses.asdict(task_class(name).Data()),
+                       "model": doc["task"]["model"], "state": state}
+        _write_doc(ck, doc)
+    return damage
+
+
+@pytest.mark.parametrize("name, state", [
+    ("translate", {"src_tokenizer": {"kind": "word"}}), ("translate", {}),
+    ("sentiment", {"tokenizer": 3, "vocab": None}), ("sentiment", {"vocab": {"type": "Vocab", "itos": []}}),
+    ("lm", {"tokenizer": 5}), ("lm", {})])
+@pytest.mark.parametrize("entry", ["predict", "eval"])
+def test_a_damaged_vocabulary_gives_one_clear_line(base_run, tmp_path, capsys, name, state, entry):
+    run = _damaged_copy(base_run, tmp_path, _other_task_with_bad_state(name, state))
+    code = main(_argv(entry, run))
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("error:"), err
+    assert "task" in err and "Traceback" not in err

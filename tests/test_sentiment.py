@@ -471,8 +471,11 @@ def test_cli_train_classify_eval_attention(synthetic_dir, tmp_path, capsys, monk
     assert "split test n 200 " in shown and float(re.search(r"accuracy (\S+)", shown).group(1)) >= 0.9
     assert main(["eval", "--checkpoint", str(out), "--data-dir", str(synthetic_dir), "--n", "17"]) == 0
     assert "split test n 17 " in capsys.readouterr().out
-    assert main(["eval", "--checkpoint", str(out), "--data-dir", str(synthetic_dir), "--n", "-1"]) == 2
-    assert capsys.readouterr().err.startswith("error: --n must be 0 (the whole test split) or a count, got -1")
+    with pytest.raises(SystemExit) as stop:  # argparse refuses it, naming the flag
+        main(["eval", "--checkpoint", str(out), "--data-dir", str(synthetic_dir), "--n", "-1"])
+    assert stop.value.code == 2 and "argument --n: expected 0 (all) or a count" in capsys.readouterr().err
+    assert main(["eval", "--checkpoint", str(out), "--data-dir", str(synthetic_dir), "--beam", "2"]) == 2
+    assert capsys.readouterr().err.startswith("error: --beam 2: the sentiment model does not search")
     pytest.importorskip("matplotlib")
     png = tmp_path / "attn.png"
     assert main(["attention", "--checkpoint", str(out), "A superb film.", "--out", str(png)]) == 0

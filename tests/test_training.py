@@ -217,7 +217,7 @@ def test_ctrl_c_before_the_first_epoch_says_nothing_was_saved(tmp_path):
     trainer = Trainer(task.build_model(), task, _cfg(log_every=1), tmp_path / "run", log=log)
     with pytest.raises(KeyboardInterrupt):
         trainer.fit()
-    assert lines[-1] == "interrupted: no epoch was finished; continue with --resume"
+    assert lines[-1] == "interrupted before the first epoch was saved: start again"
     assert not (tmp_path / "run" / "last").exists()
 
 

@@ -1,9 +1,10 @@
 """The Task interface: everything the trainer and the command line need from a task.
 
 A task glues data, a model and a measure of success together. The trainer calls only
-``build_model``, ``train_batches``, ``train_step_loss``, ``input_tokens``, ``validate``
-and the class attributes; the command line adds ``test_report``, ``evaluate``,
-``predict``, ``attention`` and the settings round trip ``to_dict``/``from_dict``.
+``train_batches``, ``train_step_loss``, ``input_tokens``, ``validate``, ``to_dict``,
+``data_summary`` and the class attributes; the command line adds ``recipe``,
+``build_model``, ``test_report``, ``evaluate``, ``predict``, ``attention``, ``generate``
+and :func:`task_from_dict`.
 
 Adding a task is one file with a subclass and one line in :data:`TASKS`.
 """
@@ -43,6 +44,8 @@ class Task(ABC):
     predict_command: ClassVar[str] = "predict"
     #: How many examples ``eval`` scores by default (0: the whole test split).
     default_eval_n: ClassVar[int] = 1000
+    #: Whether the model's output is searched (``--beam`` applies) rather than read off or sampled.
+    searches: ClassVar[bool] = True
     #: One line of ``--help``.
     summary: ClassVar[str] = ""
 
@@ -56,9 +59,9 @@ class Task(ABC):
 
     # ---- settings ----------------------------------------------------------------------
     @classmethod
+    @abstractmethod
     def recipe(cls, data) -> Tuple[ModelSettings, "TrainConfig"]:  # noqa: F821
         """The default model and training settings for ``data`` (measured in benchmarks/RESULTS.md)."""
-        raise NotImplementedError
 
     def build_state(self) -> dict:
         """What is learned from the training data before training (vocabularies); JSON."""
@@ -189,4 +192,9 @@ def task_from_dict(d, data_dir: Optional[str] = None) -> Task:
         data, model = cls.Data(**d["data"]), ModelSettings(**d["model"])
     except TypeError as e:  # a field missing or unknown
         raise NumpyTransformerError(f"task settings do not fit this version ({e})") from None
-    return cls(data, model, data_dir=data_dir, state=d["state"])
+    try:
+        return cls(data, model, data_dir=data_dir, state=d["state"])
+    except NumpyTransformerError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # a damaged vocabulary
+        raise NumpyTransformerError(f"task.state does not fit the {cls.name} task ({type(e).__name__}: {e})") from None

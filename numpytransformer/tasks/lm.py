@@ -21,7 +21,6 @@ from ..datasets.shakespeare import (BPETokenizer, CharTokenizer, load_corpus, sp
                                     tokenizer_from_dict)
 from ..errors import NumpyTransformerError
 from ..lm import TransformerLM
-from ..losses import cross_entropy
 from ..sampling import generate
 from ..softmax import log_softmax
 from ..settings import ModelSettings, check_fields, option
@@ -64,6 +63,7 @@ class LanguageModelTask(Task):
     target_pad = None  # no padding: every next token counts
     predict_command = "generate"
     default_eval_n = 0
+    searches = False
     summary = "language model (GPT): Tiny Shakespeare or the embedded corpus, characters or BPE"
 
     @classmethod
@@ -88,6 +88,7 @@ class LanguageModelTask(Task):
     def __init__(self, data, model: ModelSettings, data_dir: Optional[str] = None, state: Optional[dict] = None):
         self._texts = self._tokenizer = self._split_ids = None  # read when first needed
         super().__init__(data, model, data_dir, state)
+        self.tokenizer  # built now, so that a damaged saved state is refused at once
 
     # ---- data ---------------------------------------------------------------------------
     def _text(self):

@@ -159,6 +159,7 @@ class ReversalTask(Task):
 
     def evaluate(self, model, n: int, seed: int, beam: int = 1) -> Dict[str, float]:
         """Metrics on ``n`` fresh sequences, overall and at each length."""
+        n = n or self.default_eval_n  # 0 ("all") has no meaning for a generator: the default
         if not 1 <= n <= 10 ** 6:
             raise NumpyTransformerError(f"--n must be from 1 to 1000000, got {n}")
         short = self.short_lengths()

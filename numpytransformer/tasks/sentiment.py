@@ -80,6 +80,7 @@ class SentimentTask(Task):
     target_pad = None
     predict_command = "classify"
     default_eval_n = 0
+    searches = False
     summary = "IMDB movie reviews: positive or negative"
 
     @classmethod
