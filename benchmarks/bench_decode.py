@@ -246,12 +246,10 @@ class TorchDecoder:
 
 
 def strip(row, eos_id: int) -> List[int]:
-    out = []
-    for t in row:
-        if t == eos_id:
-            break
-        out.append(int(t))
-    return out
+    """Tokens up to the first EOS, cut as the library cuts them."""
+    from numpytransformer.decoding import _strip
+
+    return _strip(row, eos_id)
 
 
 # ---- timing --------------------------------------------------------------------------------------
