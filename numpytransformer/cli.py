@@ -118,7 +118,7 @@ def cmd_train(args) -> None:
     model = task.build_model()
     trainer = Trainer(model, task, train_cfg, args.out)
     if args.resume:
-        trainer.resume()
+        trainer.resume(doc)
     for title, settings in (("data", task.data), ("model", task.model), ("training", train_cfg)):
         print(f"{title}: " + ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(settings).items()), flush=True)
     print(f"training {type(model).__name__} with {model.num_parameters():,} parameters ({task.name}); "

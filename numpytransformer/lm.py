@@ -28,7 +28,7 @@ from .layers import EncoderLayer
 from .models import OutputProjection, _Model
 from .module import ModuleList
 from .positional import LearnedPositionalEmbedding, PositionalEncoding
-from .validation import check_ids
+from .validation import check_ids, inputs_checked
 
 __all__ = ["GPTBlock", "TransformerLM", "prefix_mask"]
 
@@ -94,12 +94,6 @@ class TransformerLM(_Model):
     def vocab_size(self) -> int:
         return self.cfg.src_vocab_size
 
-    def _check_ids(self, ids, name: str, max_len: Optional[int]) -> np.ndarray:
-        try:
-            return check_ids(ids, name, self.cfg.src_vocab_size, max_len)
-        except (TypeError, ValueError) as e:  # one error type at the public boundary
-            raise NumpyTransformerError(str(e)) from None
-
     def _hidden(self, ids: np.ndarray, mask: np.ndarray, kv_caches: Optional[List[dict]], offset: int):
         x = self.drop(self.pos(self.embed(ids), offset))  # (B, T, D)
         for i, layer in enumerate(self.layers):
@@ -108,9 +102,10 @@ class TransformerLM(_Model):
 
     def forward(self, ids) -> np.ndarray:
         """ids: int (B, T) with T <= max_len -> logits (B, T, V); position t sees ids[:, :t+1] only."""
-        ids = self._check_ids(ids, "ids", self.cfg.max_len)
+        ids = check_ids(ids, "ids", self.cfg.src_vocab_size, self.cfg.max_len)
         self._out_shape = None
-        logits = self.out(self._hidden(ids, causal_mask(ids.shape[1]), None, 0))
+        with inputs_checked():  # checked once here: the modules skip their own checks
+            logits = self.out(self._hidden(ids, causal_mask(ids.shape[1]), None, 0))
         self._out_shape = logits.shape  # backward may now run
         return logits
 
@@ -139,11 +134,12 @@ class TransformerLM(_Model):
         :meth:`new_kv_caches`), which this call extends. Equals the last T rows of
         ``forward`` on the whole sequence so far, in eval mode (no dropout).
         """
-        ids = self._check_ids(ids, "ids", None)
+        ids = check_ids(ids, "ids", self.cfg.src_vocab_size, None)
         if position + ids.shape[1] > self.cfg.max_len:
             raise NumpyTransformerError(f"position {position} + {ids.shape[1]} new ids is past the context "
                                         f"max_len={self.cfg.max_len}")
         if self.training:
             raise NumpyTransformerError("forward_cached is for inference: call model.eval() first")
         self._out_shape = None  # no backward for a cached forward
-        return self.out(self._hidden(ids, prefix_mask(ids.shape[1], position), kv_caches, position))
+        with inputs_checked():
+            return self.out(self._hidden(ids, prefix_mask(ids.shape[1], position), kv_caches, position))

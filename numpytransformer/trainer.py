@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -87,7 +88,8 @@ class Trainer:
         self.out_dir = Path(out_dir)
         self.noam = NoamSchedule(model.cfg.d_model, cfg.warmup, cfg.lr_factor)
         self.optimizer = Adam(model.parameters(), lr=self.learning_rate)
-        self.total_updates = cfg.epochs * -(-len(task.train_batches(0)) // cfg.accum_steps)
+        # The cool-down needs the run's length; counting it builds epoch 0's batches once more.
+        self.total_updates = cfg.epochs * -(-len(task.train_batches(0)) // cfg.accum_steps) if cfg.cooldown else 0
         self.history = {"steps": [], "epochs": []}
         self.epoch = self.saved_epoch = 0  # epochs finished, and the one last/ holds
         self.best_score = -np.inf
@@ -200,10 +202,11 @@ class Trainer:
                 "history": self.history}
         return save_checkpoint(self.out_dir / which, self.model, meta, self.optimizer if which == "last" else None)
 
-    def resume(self) -> None:
-        """Continue from ``out_dir/last``: weights, optimiser, dropout generator, epoch, history."""
+    def resume(self, doc: Optional[dict] = None) -> None:
+        """Continue from ``out_dir/last``: weights, optimiser, dropout generator, epoch, history.
+        ``doc``: its ``checkpoint.json``, when the caller has already read and checked it."""
         path = self.out_dir / "last"
-        doc = read_checkpoint_meta(path, for_resume=True)
+        doc = doc or read_checkpoint_meta(path, for_resume=True)
         mine = self.task.to_dict()
         diff = sorted(k for k in ("name", "data", "model", "state") if doc["task"].get(k) != mine.get(k))
         if diff:

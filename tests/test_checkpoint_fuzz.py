@@ -9,7 +9,8 @@ the file or the field, with no traceback and nothing on standard output. Three c
 run in a real process as well, to show that nothing else reaches the terminal.
 
 Cases, counted from the table by entry point: predict 81, eval 81, --resume 99 (261 in all),
-and the undamaged control. On the library before this file's commit, 19 failed: 4 raw
+and the undamaged control; a separate test adds 12 damaged vocabularies (``task.state``) of the
+translation, sentiment and language-model tasks through predict and eval. On the library before this file's commit, 19 failed: 4 raw
 tracebacks (an ``.npy`` as weights, three entry points; step records that are not
 records, at the end of a resumed run), 1 NaN (``optimizer.t`` -5: training ran into NaN
 logits), 6 accepted (a missing ``task.data``/``task.model`` field silently took its

@@ -29,7 +29,7 @@ from ..errors import NumpyTransformerError
 from ..models import TransformerClassifier
 from ..settings import ModelSettings, check_fields, option
 from ..softmax import softmax
-from ..text import BPE, Tokenizer, Vocab
+from ..text import Tokenizer, Vocab
 from ..trainer import TrainConfig
 from .base import Task
 
@@ -117,8 +117,7 @@ class SentimentTask(Task):
 
     def build_state(self) -> dict:
         d, train = self.data, self.texts("train")[0]
-        tok = (Tokenizer("word", lowercase=not d.cased) if d.tokenizer == "word"
-               else Tokenizer("bpe", bpe=BPE.learn(train, d.bpe_merges, lowercase=not d.cased)))
+        tok = Tokenizer.learn(d.tokenizer, train, d.bpe_merges, lowercase=not d.cased)
         vocab = Vocab.build((tok.tokenize(t) for t in train), min_freq=d.min_freq, max_size=d.vocab_size)
         return {"tokenizer": tok.to_dict(), "vocab": vocab.to_dict()}
 

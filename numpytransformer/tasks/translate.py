@@ -25,7 +25,7 @@ from ..decoding import beam_search, greedy_decode
 from ..errors import NumpyTransformerError
 from ..models import Transformer
 from ..settings import ModelSettings, check_fields, option
-from ..text import BPE, Tokenizer, Vocab, word_tokenize
+from ..text import Tokenizer, Vocab, word_tokenize
 from ..trainer import TrainConfig
 from .base import Task
 
@@ -109,8 +109,7 @@ class TranslationTask(Task):
         state = {}
         for side, k in (("src", 0), ("tgt", 1)):
             texts = [p[k] for p in train]
-            tok = (Tokenizer("word", lowercase=not d.cased) if d.tokenizer == "word"
-                   else Tokenizer("bpe", bpe=BPE.learn(texts, d.bpe_merges, lowercase=not d.cased)))
+            tok = Tokenizer.learn(d.tokenizer, texts, d.bpe_merges, lowercase=not d.cased)
             state[f"{side}_tokenizer"] = tok.to_dict()
             state[f"{side}_vocab"] = Vocab.build([tok.tokenize(t) for t in texts], min_freq=d.min_freq).to_dict()
         return state

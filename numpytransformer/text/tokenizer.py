@@ -37,6 +37,13 @@ class Tokenizer:
         self.lowercase = bool(lowercase)
         self.bpe = bpe
 
+    @classmethod
+    def learn(cls, kind, texts, bpe_merges, lowercase):
+        """A word tokenizer, or a BPE tokenizer whose merges are learned from ``texts``."""
+        if kind == "bpe":
+            return cls("bpe", bpe=BPE.learn(texts, bpe_merges, lowercase=lowercase))
+        return cls(kind, lowercase=lowercase)
+
     def __repr__(self):
         return f"Tokenizer(kind={self.kind!r}, lowercase={self.lowercase}, bpe={self.bpe!r})"
 
