@@ -30,7 +30,7 @@ import numpy as np
 from .errors import NumpyTransformerError
 
 __all__ = ["CheckpointError", "FORMAT_VERSION", "FIELDS", "save_checkpoint", "load_checkpoint",
-           "read_checkpoint_meta", "atomic_write_text"]
+           "read_checkpoint_meta", "atomic_write_text", "average_checkpoints"]
 
 FORMAT_VERSION = 2
 
@@ -231,4 +231,24 @@ def load_checkpoint(path, model, optimizer=None) -> dict:
     model.rng.bit_generator.state = doc["rng"]
     if optimizer is not None:
         optimizer.load_state_arrays(moments, doc["optimizer"]["t"])
+    return doc
+
+
+def average_checkpoints(paths, model) -> dict:
+    """Load into ``model`` the mean of the weights of several checkpoints of the same model
+    (fairseq's ``average_checkpoints``: the last few epochs of a run, averaged, often score
+    better than any one of them). Returns the last checkpoint's document."""
+    total = None
+    for path in paths:
+        doc = load_checkpoint(path, model)  # checks each against the model's config
+        params = model.parameters()
+        if total is None:
+            total = {k: p.astype(np.float64) for k, p in params.items()}
+        else:
+            for k, p in params.items():
+                total[k] += p
+    if total is None:
+        raise CheckpointError("no checkpoints to average")
+    for k, p in model.parameters().items():
+        p[...] = total[k] / len(paths)
     return doc

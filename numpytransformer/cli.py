@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from .checkpoint import CheckpointError, load_checkpoint, read_checkpoint_meta
+from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, read_checkpoint_meta, save_checkpoint
 from .errors import NumpyTransformerError
 from .settings import ModelSettings, _parse_int, add_flags, flag_of, given_values
 from .tasks.base import TASKS, task_class, task_from_dict
@@ -184,6 +184,23 @@ def cmd_attention(args) -> None:
     print(f"output: {output}\nwrote {path} ({n} attention layer{'s' * (n != 1)} x {model.cfg.n_heads} heads)")
 
 
+def cmd_average(args) -> None:
+    if Path(args.out).exists():
+        raise NumpyTransformerError(f"--out {args.out} already exists; choose a new directory")
+    paths = sorted(ck for p in args.checkpoints for ck in ([Path(p)] if (Path(p) / "checkpoint.json").is_file()
+                                                              else sorted(Path(p).glob("*/checkpoint.json"))))
+    paths = [p.parent if p.name == "checkpoint.json" else p for p in paths][-args.last:]
+    if not paths:
+        raise CheckpointError(f"no checkpoints in {', '.join(args.checkpoints)}")
+    task, model, _ = load_for_inference(str(paths[0]), args.data_dir)
+    doc = average_checkpoints(paths, model)
+    if any(read_checkpoint_meta(p)["task"] != doc["task"] for p in paths):
+        raise CheckpointError("the checkpoints belong to different tasks or data; average checkpoints of one run")
+    save_checkpoint(args.out, model, {k: doc[k] for k in ("task", "data", "train", "step", "epoch", "best_score",
+                                                           "history")})
+    print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) into {args.out}")
+
+
 def cmd_sweep(args) -> None:
     from .sweep import default_sweep_train, run_sweep, sweep_settings, write_report
     from .tasks.reverse import ReversalTask, ReverseData
@@ -279,6 +296,15 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument("--top-p", type=float, default=None, help="sample from the smallest set of mass p (nucleus)")
     ge.add_argument("--seed", type=_seed, default=0, help="seed of the sampling (default %(default)s)")
     ge.set_defaults(func=cmd_generate)
+
+    av = sub.add_parser("average", help="average the weights of the last epochs of a run",
+                        description="Average checkpoints of one run (train with --keep-epochs N, then average "
+                                    "OUT/epochs) into a new checkpoint.")
+    av.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT", help="checkpoint directories, or a folder of them")
+    av.add_argument("--last", type=_positive, default=1000, help="only the last N of them (by name)")
+    av.add_argument("--out", required=True, help="the new checkpoint directory")
+    av.add_argument("--data-dir", **data_dir)
+    av.set_defaults(func=cmd_average)
 
     from .tasks.reverse import ReverseData
 

@@ -6,7 +6,8 @@ batch of every epoch, then validates and saves. Everything else (progress lines,
 throughput, checkpoints, the history) sits around those lines, not inside them.
 
 A run directory holds ``last/`` (the end of the latest epoch, with the optimiser, for
-``--resume``), ``best/`` (the best validation score), ``history.json`` and ``curves.png``.
+``--resume``), ``best/`` (the best validation score), ``history.json`` and ``curves.png``; with
+``keep_epochs`` N, also ``epochs/NNN/`` for the last N epochs (see :func:`average_checkpoints`).
 Resuming restarts at the epoch after ``last/`` with the weights, the optimiser and the
 dropout generator as they were, so the losses equal an uninterrupted run's.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -47,6 +49,8 @@ class TrainConfig:
     max_minutes: float = option(0.0, "stop after the epoch that crosses this many minutes (0: no limit)", low=0.0)
     cooldown: float = option(0.0, "share of the run's updates, at its end, over which the learning rate falls "
                              "linearly to 0 (0: off)", low=0.0, high=1.0)
+    keep_epochs: int = option(0, "also keep the weights of the last N epochs in OUT/epochs/, for the average "
+                              "command (0: off)", low=0, high=1000)
 
     def __post_init__(self):
         check_fields(self)
@@ -191,6 +195,10 @@ class Trainer:
             self.save("best")
         self.save("last")
         self.saved_epoch = self.epoch
+        if self.cfg.keep_epochs:  # for checkpoint averaging: OUT/epochs/007, the oldest beyond N removed
+            self.save(f"epochs/{self.epoch:03d}")
+            for old in sorted((self.out_dir / "epochs").iterdir())[:-self.cfg.keep_epochs]:
+                shutil.rmtree(old)
         atomic_write_text(self.out_dir / "history.json", json.dumps(self.history, indent=1))
         shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
         self.log(f"epoch {self.epoch} done: train_loss {train_loss:.4f} {shown} [{_fmt_time(elapsed)}]")

@@ -8,10 +8,11 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import numpytransformer.trainer as trainer_module
-from numpytransformer.cli import build_parser, main
+from numpytransformer.cli import build_parser, load_for_inference, main
 from numpytransformer.settings import given_values
 from numpytransformer.tasks.base import task_class
 from numpytransformer.tasks.reverse import ReversalTask, ReverseData
@@ -332,3 +333,22 @@ def test_errors_reach_the_terminal_without_a_traceback(run_dir):
         r = subprocess.run([sys.executable, "-m", "numpytransformer", *argv], capture_output=True, text=True,
                            timeout=120)
         assert (r.returncode, r.stdout, r.stderr) == (2, "", line + "\n")
+
+
+def test_average_of_the_kept_epochs_is_their_mean(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(TINY + ["--epochs", "3", "--keep-epochs", "2", "--out", str(out)]) == 0
+    assert sorted(p.name for p in (out / "epochs").iterdir()) == ["002", "003"]  # the oldest is gone
+    code, shown, err = _run(["average", str(out / "epochs"), "--out", str(tmp_path / "avg")], capsys)
+    assert code == 0 and err == "" and "averaged 2 checkpoints (002, 003)" in shown
+    models = []
+    for ck in (out / "epochs" / "002", out / "epochs" / "003", tmp_path / "avg"):
+        _, model, _ = load_for_inference(str(ck))
+        models.append(model.parameters())
+    for k, p in models[2].items():
+        np.testing.assert_allclose(p, (models[0][k].astype(np.float64) + models[1][k]) / 2, rtol=1e-6, atol=1e-7)
+    code, shown, err = _run(["eval", "--checkpoint", str(tmp_path / "avg"), "--n", "20"], capsys)
+    assert code == 0 and "exact_match" in shown
+    # A second average into the same directory is refused: nothing saved is overwritten.
+    code, shown, err = _run(["average", str(out / "epochs"), "--out", str(tmp_path / "avg")], capsys)
+    assert code == 2 and "already exists" in err

@@ -43,10 +43,12 @@ class TranslateData:
     dataset: str = option("numbers", "multi30k, or the embedded English->German number words (no download)",
                           choices=("numbers", "multi30k"))
     direction: str = option("de-en", "Multi30K direction", choices=("de-en", "en-de"))
-    tokenizer: str = option("word", "word tokens, or BPE subwords", choices=("word", "bpe"))
-    bpe_merges: int = option(8000, "BPE merges", low=0, high=10 ** 6)
-    cased: bool = option(False, "keep case (default: lower-case, as the tutorials)")
-    min_freq: int = option(2, "rarer tokens become <unk>", low=1, high=10 ** 6)
+    tokenizer: Optional[str] = option(None, "word tokens, or BPE subwords (learned per language)",
+                                      choices=("word", "bpe"), none="bpe for multi30k, word for numbers")
+    bpe_merges: int = option(5000, "BPE merges per language", low=0, high=10 ** 6)
+    cased: bool = option(True, "keep case (--no-cased: lower-case everything, as the tutorials do)")
+    min_freq: int = option(2, "rarer words become <unk> (word tokens only: BPE keeps every subword it learned)",
+                           low=1, high=10 ** 6)
     n_train: int = option(8000, "number-word training pairs", low=1, high=10 ** 6)
     n_val: int = option(500, "number-word validation pairs", low=1, high=10 ** 5)
     n_test: int = option(1000, "number-word test pairs", low=1, high=10 ** 5)
@@ -63,6 +65,8 @@ class TranslateData:
                                         f"numbers; 0..--max-number {self.max_number} holds only {self.max_number + 1}")
         if self.batch_tokens is None:
             self.batch_tokens = 3000 if self.dataset == "multi30k" else 1000
+        if self.tokenizer is None:
+            self.tokenizer = "bpe" if self.dataset == "multi30k" else "word"
 
     @property
     def langs(self):
@@ -82,7 +86,8 @@ class TranslationTask(Task):
     def recipe(cls, data: TranslateData):
         model = ModelSettings(d_model=256, n_heads=8, n_layers=3, d_ff=512, dropout=0.1)
         if data.dataset == "multi30k":  # about 150 updates an epoch; stopped by a 52-minute budget
-            return model, TrainConfig(epochs=30, lr_factor=0.5, warmup=600, log_every=50, max_minutes=52)
+            return model, TrainConfig(epochs=30, lr_factor=0.5, warmup=600, log_every=50, max_minutes=52,
+                                      keep_epochs=5)
         return model, TrainConfig(epochs=8, lr_factor=0.5, warmup=400, log_every=50)
 
     def __init__(self, data, model, data_dir=None, state=None):
@@ -111,7 +116,8 @@ class TranslationTask(Task):
             texts = [p[k] for p in train]
             tok = Tokenizer.learn(d.tokenizer, texts, d.bpe_merges, lowercase=not d.cased)
             state[f"{side}_tokenizer"] = tok.to_dict()
-            state[f"{side}_vocab"] = Vocab.build([tok.tokenize(t) for t in texts], min_freq=d.min_freq).to_dict()
+            min_freq = d.min_freq if d.tokenizer == "word" else 1  # so no <unk> is ever a training target
+            state[f"{side}_vocab"] = Vocab.build([tok.tokenize(t) for t in texts], min_freq=min_freq).to_dict()
         return state
 
     def encode_src(self, text: str) -> np.ndarray:
