@@ -193,6 +193,24 @@ def test_fast_learner_matches_the_readable_one_on_multi30k():
     assert learn_merges_fast(counts, 250, min_frequency=1) == merges
 
 
+@pytest.mark.parametrize("lang", ["en", "de"])
+def test_real_sentences_come_back_from_cased_bpe(lang):
+    """Multi30K's validation and test sentences through the translator's tokenizer (cased
+    BPE learned on 2,000 training sentences) and back. The only sentences that do not
+    come back whole are known: initialisms ("J.P." -> "J. P.") and the raw data's own
+    space before a final point or inside "now ... what's"."""
+    paths = [DATA_DIR / "multi30k" / f"{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr")]
+    if not all(p.exists() for p in paths):
+        pytest.skip(f"Multi30K data not found in {DATA_DIR} (set NUMPYTRANSFORMER_DATA)")
+    train, val, test = ([line.rstrip("\n") for line in gzip.open(p, "rt", encoding="utf-8")] for p in paths)
+    tok = Tokenizer.learn("bpe", train[:2000], 500, lowercase=False)
+    changed = [s for s in val + test if tok.detokenize(tok.tokenize(s)) != normalize(s)]
+    assert len(val + test) == 2014
+    known = ("J.P.", "E.S.E.", " ...", " .")
+    assert all(any(k in s for k in known) for s in changed), changed
+    assert len(changed) <= 4
+
+
 def test_word_counts():
     assert word_counts(["Ein Mann.", ["ein", "Mann"]], lowercase=True) == {"ein": 2, "mann": 2, ".": 1}
 
