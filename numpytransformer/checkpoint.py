@@ -2,17 +2,16 @@
 
 A checkpoint is a directory::
 
-    CK/checkpoint.json         what :data:`FIELDS` lists: config, task, step, generator state ...
+    CK/checkpoint.json                  what :data:`FIELDS` lists: config, task, step, generator state ...
     CK/weights-00001234-5f0c1a2e.npz    the model's parameters by dotted name (step, digest)
     CK/optimizer-00001234-9b3d77c0.npz  Adam's moments (only in ``last/``, for resuming)
 
-Every file is written to a temporary name, flushed and renamed; ``checkpoint.json``,
-which names the ``.npz`` files it belongs to (with their SHA-256), is renamed last. A
-save interrupted at any moment leaves the previous checkpoint whole, and its leftover
-temporary files are removed by the next save or load. Loading checks the whole
-document against :data:`FIELDS`, then the arrays' names, shapes, dtypes and values,
-before anything is built; every problem is a :class:`CheckpointError` naming the file
-and the field. The ``.npz`` files are read with ``allow_pickle=False``: no pickle anywhere.
+Each file is written to a temporary name, flushed and renamed, ``checkpoint.json`` (which names
+the ``.npz`` files with their SHA-256) last: a save killed at any moment leaves the previous
+checkpoint whole, and its temporary files go at the next save or load. Loading checks the
+document against :data:`FIELDS` and the arrays against the model before anything is copied;
+every problem is one :class:`CheckpointError` naming the file and the field. Arrays are read
+with ``allow_pickle=False``: no pickle anywhere.
 """
 from __future__ import annotations
 
@@ -23,39 +22,40 @@ import os
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Dict
 
 import numpy as np
 
 from .errors import NumpyTransformerError
 
 __all__ = ["CheckpointError", "FORMAT_VERSION", "FIELDS", "save_checkpoint", "load_checkpoint",
-           "read_checkpoint_meta", "atomic_write_text", "average_checkpoints"]
+           "read_checkpoint_meta", "atomic_write", "atomic_write_text", "average_checkpoints"]
 
 FORMAT_VERSION = 2
 
-#: The fields of ``checkpoint.json`` and their JSON types; save and load both check against it.
+#: The fields of ``checkpoint.json`` and their JSON types (``a.b`` is field ``b`` inside ``a``);
+#: save and load both check a document against them.
 FIELDS = {"format_version": int, "model": str, "config": dict, "task": dict, "data": dict, "train": dict,
           "step": int, "epoch": int, "best_score": (float, int, type(None)), "history": dict, "rng": dict,
-          "files": dict}
-#: Present only in a checkpoint saved for resuming.
-RESUME_FIELDS = {"optimizer": dict}
+          "files": dict, "files.weights": dict, "files.weights.name": str, "files.weights.sha256": str}
+#: The further fields of a checkpoint saved for resuming (``last/``).
+RESUME_FIELDS = {"optimizer": dict, "optimizer.t": int, "files.optimizer": dict, "files.optimizer.name": str,
+                 "files.optimizer.sha256": str, "history.steps": list, "history.epochs": list}
 
 
 class CheckpointError(NumpyTransformerError):
     """A checkpoint is missing, damaged, or does not match the model."""
 
 
-def atomic_write_bytes(path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename."""
+def atomic_write(path, data) -> None:
+    """Write ``data`` (bytes, or text as UTF-8) to ``path`` through a temporary file in the same
+    directory, flushed to disk and renamed: ``path`` is always whole, the old file or the new."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a save that was killed
-        stale.unlink(missing_ok=True)
+    _remove_leftovers(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes 0600
@@ -65,20 +65,13 @@ def atomic_write_bytes(path, data: bytes) -> None:
         raise
 
 
-def atomic_write_text(path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+atomic_write_text = atomic_write  # its older name, still imported
 
 
-def _remove_leftovers(path: Path) -> None:
-    """Delete temporary files that a save killed half-way left behind."""
-    for tmp in path.glob(".*.tmp"):
+def _remove_leftovers(directory: Path) -> None:
+    """Delete the temporary files of writes that were killed half-way."""
+    for tmp in directory.glob(".*.tmp"):
         tmp.unlink(missing_ok=True)
-
-
-def _npz_bytes(arrays: Dict[str, np.ndarray]) -> bytes:
-    buf = io.BytesIO()
-    np.savez(buf, **{k: np.ascontiguousarray(v) for k, v in arrays.items()})
-    return buf.getvalue()
 
 
 def save_checkpoint(path, model, meta: dict, optimizer=None) -> Path:
@@ -88,22 +81,21 @@ def save_checkpoint(path, model, meta: dict, optimizer=None) -> Path:
     best_score, history); the config, the generator state and the file list are added here.
     """
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(path)
     arrays = {"weights": model.parameters()}
     doc = {"format_version": FORMAT_VERSION, "model": type(model).__name__, "config": model.cfg.to_dict(),
-           "rng": _jsonable(model.rng.bit_generator.state), **meta, "files": {}}
+           "rng": model.rng.bit_generator.state, **meta, "files": {}}
     if optimizer is not None:
         arrays["optimizer"] = optimizer.state_arrays()
         doc["optimizer"] = {"t": optimizer.t}
     for kind, named in arrays.items():
-        data = _npz_bytes(named)
-        sha = hashlib.sha256(data).hexdigest()
+        buf = io.BytesIO()
+        np.savez(buf, **{k: np.ascontiguousarray(v) for k, v in named.items()})
+        sha = hashlib.sha256(buf.getvalue()).hexdigest()
         name = f"{kind}-{int(meta['step']):08d}-{sha[:8]}.npz"  # never the name of the file the old JSON reads
-        atomic_write_bytes(path / name, data)
+        atomic_write(path / name, buf.getvalue())
         doc["files"][kind] = {"name": name, "sha256": sha}
     _check_fields(doc, path / "checkpoint.json", optimizer is not None)
-    atomic_write_text(path / "checkpoint.json", json.dumps(doc, indent=1))
+    atomic_write(path / "checkpoint.json", json.dumps(doc, indent=1))
     keep = {f["name"] for f in doc["files"].values()}
     for old in list(path.glob("weights-*.npz")) + list(path.glob("optimizer-*.npz")):
         if old.name not in keep:
@@ -111,69 +103,63 @@ def save_checkpoint(path, model, meta: dict, optimizer=None) -> Path:
     return path
 
 
-def _jsonable(obj):
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    return int(obj) if isinstance(obj, np.integer) else obj
-
-
 def _check_fields(doc, js: Path, for_resume: bool) -> None:
+    """Check a ``checkpoint.json`` document: its version, the field tables, then the values."""
     if not isinstance(doc, dict):
         raise CheckpointError(f"{js} is damaged: expected a JSON object, got {type(doc).__name__}")
     if doc.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"{js} has format version {doc.get('format_version')!r}; this version reads "
                               f"{FORMAT_VERSION}: train the model again")
-    fields = {**FIELDS, **(RESUME_FIELDS if for_resume else {})}
-    for name, kind in fields.items():
-        if name not in doc:
-            raise CheckpointError(f"{js} is damaged: field {name!r} is missing")
-        if not isinstance(doc[name], kind) or isinstance(doc[name], bool):
-            raise CheckpointError(f"{js} is damaged: field {name!r} has the wrong type "
-                                  f"({type(doc[name]).__name__})")
-    for name in ("step", "epoch"):
-        if doc[name] < 0:
-            raise CheckpointError(f"{js} is damaged: field {name!r} is negative")
-    for kind in ("weights",) + (("optimizer",) if for_resume else ()):
-        entry = doc["files"].get(kind)
-        if not (isinstance(entry, dict) and isinstance(entry.get("name"), str) and isinstance(entry.get("sha256"), str)
-                and Path(entry["name"]).name == entry["name"] and entry["name"].endswith(".npz")):
-            raise CheckpointError(f"{js} is damaged: field files.{kind} must name a file in the checkpoint "
-                                  "and its sha256")
-    if for_resume:
-        t, steps, epochs = doc["optimizer"].get("t"), doc["history"].get("steps"), doc["history"].get("epochs")
-        if not (_number(t) and t == doc["step"]):
-            raise CheckpointError(f"{js} is damaged: field optimizer.t must equal field step ({doc['step']}), got {t!r}")
-        # The records are read again when training goes on (curves.png): numbers, with the same keys in every epoch.
-        if not (isinstance(steps, list) and isinstance(epochs, list)
-                and all(isinstance(s, dict) and all(_number(s.get(k)) for k in ("step", "loss", "lr")) for s in steps)
-                and all(isinstance(e, dict) and all(map(_number, e.values())) and e.keys() == epochs[0].keys()
-                        for e in epochs)):
-            raise CheckpointError(f"{js} is damaged: field history must hold lists 'steps' and 'epochs' of records "
-                                  "of numbers")
+    for field, kind in {**FIELDS, **(RESUME_FIELDS if for_resume else {})}.items():
+        *outer, name = field.split(".")
+        parent = doc
+        for key in outer:  # an object: the tables list it before its fields
+            parent = parent[key]
+        if name not in parent:
+            raise CheckpointError(f"{js} is damaged: field {field} is missing")
+        if not isinstance(parent[name], kind) or isinstance(parent[name], bool):
+            got = type(parent[name]).__name__
+            raise CheckpointError(f"{js} is damaged: field {field} has the wrong type ({got})")
+    # Then the values: (field, is it right, what is wrong otherwise).
+    checks = [("step", doc["step"] >= 0, "is negative"), ("epoch", doc["epoch"] >= 0, "is negative")]
+    for kind in ("weights", "optimizer") if for_resume else ("weights",):
+        name = doc["files"][kind]["name"]
+        checks.append((f"files.{kind}.name", Path(name).name == name and name.endswith(".npz"),
+                       "must name a .npz file in the checkpoint"))
+    if for_resume:  # the history is read again as training goes on: numbers, the same keys in every epoch
+        t, steps, epochs = doc["optimizer"]["t"], doc["history"]["steps"], doc["history"]["epochs"]
+        checks += [("optimizer.t", t == doc["step"], f"must equal field step ({doc['step']}), not {t}"),
+                   ("history.steps", all(_numbers(s, ("step", "loss", "lr")) for s in steps), "must hold numbers"),
+                   ("history.epochs", all(_numbers(e, e) and e.keys() == epochs[0].keys() for e in epochs),
+                    "must hold numbers, under the same keys in every epoch")]
+    for field, ok, problem in checks:
+        if not ok:
+            raise CheckpointError(f"{js} is damaged: field {field} {problem}")
 
 
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+def _numbers(record, keys) -> bool:
+    """Is ``record`` a JSON object with numbers (not booleans) under ``keys``?"""
+    values = [record.get(k) for k in keys] if isinstance(record, dict) else [None]
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
 def read_checkpoint_meta(path, for_resume: bool = False) -> dict:
     """The checked ``checkpoint.json`` of the checkpoint directory ``path``."""
-    path = Path(path)
-    js = path / "checkpoint.json"
-    if not path.exists():
-        raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
+    js = Path(path) / "checkpoint.json"
     if not js.is_file():
-        raise CheckpointError(f"{str(path)!r} is not a checkpoint directory (it has no checkpoint.json)")
+        raise CheckpointError(f"no checkpoint at {str(path)!r} (no checkpoint.json there)")
     try:
         doc = json.loads(js.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise CheckpointError(f"{js} is damaged: {e}") from None
     _check_fields(doc, js, for_resume)
-    _remove_leftovers(path)
+    _remove_leftovers(js.parent)
     return doc
 
 
-def _read_npz(path: Path, entry: dict) -> Dict[str, np.ndarray]:
+def _read_arrays(path: Path, entry: dict, like: dict) -> dict:
+    """The arrays of the file that ``entry`` of field files names, checked: its SHA-256, then
+    their names, shapes, dtypes and finiteness against ``like``, the model's own."""
     f = path / entry["name"]
     if not f.is_file():
         raise CheckpointError(f"checkpoint file {f} is missing")
@@ -182,22 +168,19 @@ def _read_npz(path: Path, entry: dict) -> Dict[str, np.ndarray]:
         raise CheckpointError(f"checkpoint file {f} is damaged (its checksum does not match checkpoint.json)")
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+            arrays = {k: z[k] for k in z.files}
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, AttributeError, KeyError, TypeError) as e:
         raise CheckpointError(f"checkpoint file {f} is not a readable .npz archive ({type(e).__name__})") from None
-
-
-def _check_arrays(arrays: Dict[str, np.ndarray], like: Dict[str, np.ndarray], where: str) -> None:
-    """Names, shapes, dtypes and finiteness of loaded arrays against the model's own."""
     missing, extra = sorted(set(like) - set(arrays)), sorted(set(arrays) - set(like))
     if missing or extra:
-        raise CheckpointError(f"{where} does not match the model: missing {missing[:3]}, unexpected {extra[:3]}")
+        raise CheckpointError(f"{f} does not match the model: missing {missing[:3]}, unexpected {extra[:3]}")
     for k, p in like.items():
         a = arrays[k]
         if a.shape != p.shape or a.dtype != p.dtype:
-            raise CheckpointError(f"{where}: array {k} is {a.dtype} {a.shape}, the model expects {p.dtype} {p.shape}")
+            raise CheckpointError(f"{f}: array {k} is {a.dtype} {a.shape}, the model expects {p.dtype} {p.shape}")
         if not np.isfinite(a).all():
-            raise CheckpointError(f"{where}: array {k} holds NaN or infinite values")
+            raise CheckpointError(f"{f}: array {k} holds NaN or infinite values")
+    return arrays
 
 
 def load_checkpoint(path, model, optimizer=None) -> dict:
@@ -215,17 +198,13 @@ def load_checkpoint(path, model, optimizer=None) -> dict:
     diff = [k for k in sorted(set(want) | set(doc["config"])) if doc["config"].get(k) != want.get(k)]
     if diff:
         raise CheckpointError(f"{js}: field config differs from the model's ({', '.join(diff[:4])})")
-    weights = _read_npz(path, doc["files"]["weights"])
-    _check_arrays(weights, model.parameters(), str(path / doc["files"]["weights"]["name"]))
-    moments = None
+    weights = _read_arrays(path, doc["files"]["weights"], model.parameters())
     if optimizer is not None:
-        moments = _read_npz(path, doc["files"]["optimizer"])
-        _check_arrays(moments, optimizer.state_arrays(), str(path / doc["files"]["optimizer"]["name"]))
-    rng = np.random.default_rng()
+        moments = _read_arrays(path, doc["files"]["optimizer"], optimizer.state_arrays())
     try:
-        rng.bit_generator.state = doc["rng"]
+        np.random.default_rng().bit_generator.state = doc["rng"]  # tried on a new generator first
     except (TypeError, ValueError, KeyError, OverflowError):
-        raise CheckpointError(f"{js} is damaged: field 'rng' is not a generator state") from None
+        raise CheckpointError(f"{js} is damaged: field rng is not a generator state") from None
     for k, p in model.parameters().items():
         p[...] = weights[k]
     model.rng.bit_generator.state = doc["rng"]
@@ -238,17 +217,13 @@ def average_checkpoints(paths, model) -> dict:
     """Load into ``model`` the mean of the weights of several checkpoints of the same model
     (fairseq's ``average_checkpoints``: the last few epochs of a run, averaged, often score
     better than any one of them). Returns the last checkpoint's document."""
-    total = None
+    if not paths:
+        raise CheckpointError("no checkpoints to average")
+    total = {k: np.zeros(p.shape) for k, p in model.parameters().items()}  # in float64
     for path in paths:
         doc = load_checkpoint(path, model)  # checks each against the model's config
-        params = model.parameters()
-        if total is None:
-            total = {k: p.astype(np.float64) for k, p in params.items()}
-        else:
-            for k, p in params.items():
-                total[k] += p
-    if total is None:
-        raise CheckpointError("no checkpoints to average")
+        for k, p in model.parameters().items():
+            total[k] += p
     for k, p in model.parameters().items():
         p[...] = total[k] / len(paths)
     return doc

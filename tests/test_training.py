@@ -357,7 +357,7 @@ def test_a_save_killed_mid_write_keeps_the_previous_checkpoint_and_its_leftover_
     import numpytransformer.checkpoint as ckmod
 
     trainer, out = run
-    real_write, calls = ckmod.atomic_write_bytes, []
+    real_write, calls = ckmod.atomic_write, []
 
     def killed_on_second_write(path, data):
         calls.append(path)
@@ -380,10 +380,10 @@ def test_a_save_killed_mid_write_keeps_the_previous_checkpoint_and_its_leftover_
             p += 1.0  # what the killed save would have written
         t.optimizer.t += 1
         calls.clear()
-        monkeypatch.setattr(ckmod, "atomic_write_bytes", killed_on_second_write)
+        monkeypatch.setattr(ckmod, "atomic_write", killed_on_second_write)
         with pytest.raises(KeyboardInterrupt):
             t.save("last")
-        monkeypatch.setattr(ckmod, "atomic_write_bytes", real_write)
+        monkeypatch.setattr(ckmod, "atomic_write", real_write)
         assert len(calls) == 2 and Path(calls[1]).name.startswith("optimizer-")
         assert len(_leftovers(run_dir / "last")) == 1
 
