@@ -16,15 +16,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from .checkpoint import atomic_write_text, load_checkpoint, read_checkpoint_meta, save_checkpoint
+from .checkpoint import atomic_write, load_checkpoint, read_checkpoint_meta, save_checkpoint
 from .errors import NumpyTransformerError
 from .optim import Adam, NoamSchedule, clip_grad_norm
 from .settings import check_fields, option
@@ -66,24 +66,6 @@ def _fmt_time(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-class Meter:
-    """Counts per second over the updates only (validation and saving excluded)."""
-
-    def __init__(self):
-        self.seconds, self.count, self.inputs, self.updates = 0.0, 0, 0, 0
-
-    def add(self, seconds: float, count: int, inputs: int) -> None:
-        self.seconds += seconds
-        self.count += count
-        self.inputs += inputs
-        self.updates += 1
-
-    def rates(self, unit: str, with_inputs: bool) -> str:
-        s = max(self.seconds, 1e-9)
-        text = f"{unit}/s {self.count / s:,.0f}"
-        return text + (f" tok/s {self.inputs / s:,.0f}" if with_inputs else "")
-
-
 class Trainer:
     """Train ``model`` on ``task`` with ``cfg``, writing the run into ``out_dir``."""
 
@@ -96,8 +78,8 @@ class Trainer:
         self.total_updates = cfg.epochs * -(-len(task.train_batches(0)) // cfg.accum_steps) if cfg.cooldown else 0
         self.history = {"steps": [], "epochs": []}
         self.epoch = self.saved_epoch = 0  # epochs finished, and the one last/ holds
-        self.best_score = -np.inf
-        self.log = log or (lambda msg: print(msg, file=sys.stdout, flush=True))
+        self.best_score = None  # the best validation score so far: best/ holds that epoch
+        self.log = log or (lambda msg: print(msg, flush=True))
 
     def learning_rate(self, step: int) -> float:
         """Noam's rate, times a linear fall to zero over the last ``cooldown`` of the updates."""
@@ -131,34 +113,34 @@ class Trainer:
     # ---- epochs -------------------------------------------------------------------------
     def fit(self) -> dict:
         """Train until ``cfg.epochs`` (or the time budget); returns the last validation metrics."""
-        cfg, task, opt = self.cfg, self.task, self.optimizer
-        start, metrics, run = time.perf_counter(), {}, Meter()
-        with_inputs = task.counts_inputs
+        cfg, start, metrics = self.cfg, time.perf_counter(), {}
+        # Sums over the updates only (validation and saving excluded): seconds, targets counted,
+        # input tokens, updates; for the run, the epoch (with its loss) and since the last progress line.
+        run = Counter()
         try:
             while self.epoch < cfg.epochs:
                 self.model.train()
-                batches = task.train_batches(self.epoch)
-                epoch, window = Meter(), Meter()
-                loss_sum = 0.0
+                batches = self.task.train_batches(self.epoch)
+                epoch, window = Counter(), Counter()
                 for i in range(0, len(batches), cfg.accum_steps):
                     group = batches[i:i + cfg.accum_steps]
                     t0 = time.perf_counter()
                     loss, counted, lr = self.train_step(group)
-                    inputs = sum(task.input_tokens(b) for b in group) if with_inputs else 0
-                    for meter in (epoch, window, run):
-                        meter.add(time.perf_counter() - t0, counted, inputs)
-                    loss_sum += loss * counted
-                    self.history["steps"].append({"step": opt.t, "epoch": self.epoch + 1, "loss": round(loss, 6),
-                                                  "lr": lr})
-                    if opt.t % cfg.log_every == 0:
-                        left = (cfg.epochs - self.epoch) * len(batches) / cfg.accum_steps - epoch.updates
-                        eta = run.seconds / run.updates * left
-                        self.log(f"epoch {self.epoch + 1}/{cfg.epochs} update {opt.t} loss {loss:.4f} lr {lr:.2e} "
-                                 f"{window.rates(task.count_unit, with_inputs)} eta {_fmt_time(eta)}")
-                        window = Meter()
+                    inputs = sum(map(self.task.input_tokens, group)) if self.task.counts_inputs else 0
+                    for meter in (run, epoch, window):
+                        meter.update(seconds=time.perf_counter() - t0, count=counted, inputs=inputs, updates=1)
+                    epoch.update(loss=loss * counted)
+                    t = self.optimizer.t
+                    self.history["steps"].append({"step": t, "epoch": self.epoch + 1, "loss": round(loss, 6), "lr": lr})
+                    if t % cfg.log_every == 0:
+                        left = (cfg.epochs - self.epoch) * len(batches) / cfg.accum_steps - epoch["updates"]
+                        eta = run["seconds"] / run["updates"] * left
+                        self.log(f"epoch {self.epoch + 1}/{cfg.epochs} update {t} loss {loss:.4f} lr {lr:.2e} "
+                                 f"{self._rates(window)} eta {_fmt_time(eta)}")
+                        window.clear()
                 self.model.eval()
-                metrics = task.validate(self.model)
-                self._end_epoch(metrics, loss_sum / max(epoch.count, 1), epoch, with_inputs, time.perf_counter() - start)
+                metrics = self.task.validate(self.model)
+                self._end_epoch(metrics, epoch, time.perf_counter() - start)
                 if cfg.max_minutes and self.epoch < cfg.epochs and time.perf_counter() - start > 60 * cfg.max_minutes:
                     self.log(f"stopping: the time budget of {cfg.max_minutes} minutes is used up")
                     break
@@ -167,31 +149,37 @@ class Trainer:
                      if self.saved_epoch else "interrupted before the first epoch was saved: start again")
             raise
         plot_history(self.history, self.out_dir / "curves.png", log=self.log)
-        if run.updates:
-            self.log(f"throughput: {run.updates:,} updates in {run.seconds:.1f} s of training (validation "
-                     f"excluded): {run.rates(task.count_unit, with_inputs)}")
+        if run["updates"]:
+            self.log(f"throughput: {run['updates']:,} updates in {run['seconds']:.1f} s of training (validation "
+                     f"excluded): {self._rates(run)}")
         return metrics
 
-    def _end_epoch(self, metrics: dict, train_loss: float, meter: Meter, with_inputs: bool, elapsed: float) -> None:
+    def _rates(self, meter: Counter) -> str:
+        """Targets (and input tokens, where the task counts them) per second of training."""
+        s = max(meter["seconds"], 1e-9)
+        text = f"{self.task.count_unit}/s {meter['count'] / s:,.0f}"
+        return text + (f" tok/s {meter['inputs'] / s:,.0f}" if self.task.counts_inputs else "")
+
+    def _end_epoch(self, metrics: dict, meter: Counter, elapsed: float) -> None:
         """Check the numbers, record the epoch, save best/ (if better), last/ and the history."""
+        train_loss = meter["loss"] / max(meter["count"], 1)
         bad = {k: v for k, v in {"train_loss": train_loss, **metrics}.items() if not np.isfinite(v)}
         if bad:  # a diverged model can keep a finite accuracy: every number is checked
             shown = ", ".join(f"{k} {v}" for k, v in bad.items())
             raise FloatingPointError(f"{shown} after epoch {self.epoch + 1}: the model diverged (or the validation "
                                      "set is empty); no checkpoint saved for this epoch")
         self.epoch += 1
-        s = max(meter.seconds, 1e-9)
+        unit, s = self.task.count_unit, max(meter["seconds"], 1e-9)
         record = {"epoch": self.epoch, "step": self.optimizer.t, "train_loss": train_loss, "time": round(elapsed, 2),
-                  "train_time": round(meter.seconds, 2), "tokens_per_s": round((meter.inputs or meter.count) / s, 1)}
-        if self.task.count_unit != "tok":
-            record[f"{self.task.count_unit}_per_s"] = round(meter.count / s, 1)
-        if with_inputs:
-            record["input_tokens"] = meter.inputs
-        record.update(metrics)
-        self.history["epochs"].append(record)
+                  "train_time": round(meter["seconds"], 2), "tokens_per_s": round((meter["inputs"] or meter["count"]) / s, 1)}
+        if unit != "tok":
+            record[f"{unit}_per_s"] = round(meter["count"] / s, 1)
+        if self.task.counts_inputs:
+            record["input_tokens"] = meter["inputs"]
+        self.history["epochs"].append({**record, **metrics})
         score = metrics[self.task.selection_metric]
-        if score >= self.best_score:  # a tie goes to the later, longer-trained epoch
-            self.best_score = score  # recorded in best/ itself
+        if self.best_score is None or score >= self.best_score:  # a tie goes to the later, longer-trained epoch
+            self.best_score = float(score)
             self.save("best")
         self.save("last")
         self.saved_epoch = self.epoch
@@ -199,15 +187,15 @@ class Trainer:
             self.save(f"epochs/{self.epoch:03d}")
             for old in sorted((self.out_dir / "epochs").iterdir())[:-self.cfg.keep_epochs]:
                 shutil.rmtree(old)
-        atomic_write_text(self.out_dir / "history.json", json.dumps(self.history, indent=1))
+        atomic_write(self.out_dir / "history.json", json.dumps(self.history, indent=1))
         shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
         self.log(f"epoch {self.epoch} done: train_loss {train_loss:.4f} {shown} [{_fmt_time(elapsed)}]")
 
     # ---- saving and resuming --------------------------------------------------------------
     def save(self, which: str) -> Path:
+        """Save into ``out_dir/which``; ``last/`` also holds the optimiser, for resuming."""
         meta = {"task": self.task.to_dict(), "data": self.task.data_summary(), "train": dataclasses.asdict(self.cfg),
-                "step": self.optimizer.t, "epoch": self.epoch, "best_score": _finite_or_none(self.best_score),
-                "history": self.history}
+                "step": self.optimizer.t, "epoch": self.epoch, "best_score": self.best_score, "history": self.history}
         return save_checkpoint(self.out_dir / which, self.model, meta, self.optimizer if which == "last" else None)
 
     def resume(self, doc: Optional[dict] = None) -> None:
@@ -224,35 +212,27 @@ class Trainer:
             raise NumpyTransformerError(f"cannot resume {path}: the data read now is not the data it was trained on "
                                         f"({doc['data']} then, {self.task.data_summary()} now); start a new run")
         load_checkpoint(path, self.model, self.optimizer)
-        self.epoch, self.history = doc["epoch"], doc["history"]
-        self.saved_epoch = self.epoch
-        self.best_score = -np.inf if doc["best_score"] is None else doc["best_score"]
+        self.epoch = self.saved_epoch = doc["epoch"]
+        self.history, self.best_score = doc["history"], doc["best_score"]
         self.log(f"resumed from {path} after epoch {self.epoch}, update {self.optimizer.t}")
 
 
-def _finite_or_none(x: float):
-    return float(x) if np.isfinite(x) else None
-
-
-def plot_history(history: dict, path, log=print):
+def plot_history(history: dict, path, log=print) -> None:
     """Loss and learning-rate curves as a PNG (skipped, with a note, without matplotlib)."""
     from .plotting import new_figure
 
     try:
         fig = new_figure(figsize=(10, 3.5))
     except NumpyTransformerError:
-        log("matplotlib is not installed: no curves.png (pip install matplotlib)")
-        return None
-    steps = [s["step"] for s in history["steps"]]
+        return log("matplotlib is not installed: no curves.png (pip install matplotlib)")
+    steps, epochs = history["steps"], history["epochs"]
     ax1, ax2 = fig.subplots(1, 2)
-    ax1.plot(steps, [s["loss"] for s in history["steps"]], lw=0.8, label="train (per update, label-smoothed)")
-    if history["epochs"] and "val_loss" in history["epochs"][0]:
-        ax1.plot([e["step"] for e in history["epochs"]], [e["val_loss"] for e in history["epochs"]], "o-",
-                 label="validation (no smoothing)")
+    ax1.plot([s["step"] for s in steps], [s["loss"] for s in steps], lw=0.8, label="train (per update, label-smoothed)")
+    if epochs and "val_loss" in epochs[0]:
+        ax1.plot([e["step"] for e in epochs], [e["val_loss"] for e in epochs], "o-", label="validation (no smoothing)")
     ax1.set(xlabel="update", ylabel="loss", yscale="log")
     ax1.legend()
-    ax2.plot(steps, [s["lr"] for s in history["steps"]])
+    ax2.plot([s["step"] for s in steps], [s["lr"] for s in steps])
     ax2.set(xlabel="update", ylabel="learning rate (Noam)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    return Path(path)
