@@ -1,19 +1,19 @@
-"""Attention heatmaps (matplotlib, imported only when a plot is asked for).
+"""Attention heatmaps, and the figures the trainer and the sweep draw.
 
-Figures are built as ``matplotlib.figure.Figure`` objects and written straight to a file,
-without pyplot: the library never switches matplotlib's backend, so plots shown inline in
-a notebook keep working after the library has written a PNG.
+Figures are ``matplotlib.figure.Figure`` objects written straight to a file, without
+pyplot: the library never switches matplotlib's backend, so a notebook's inline plots keep
+working after it has written a PNG. matplotlib is imported only when a plot is asked for.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, Sequence
+from typing import Dict
 
 import numpy as np
 
 from .errors import NumpyTransformerError
 
-__all__ = ["image_suffixes", "plot_attention"]
+__all__ = ["new_figure", "image_suffixes", "plot_attention"]
 
 
 def new_figure(**kwargs):
@@ -26,41 +26,32 @@ def new_figure(**kwargs):
 
 
 def image_suffixes() -> tuple:
-    """The file suffixes a plot can be saved as: matplotlib picks the format by suffix.
-
-    PGF is left out: matplotlib writes it only with a LaTeX installation."""
-    try:
-        from matplotlib.backend_bases import FigureCanvasBase
-    except ImportError:
-        raise NumpyTransformerError("plots need matplotlib: pip install matplotlib") from None
-    return tuple("." + kind for kind in sorted(FigureCanvasBase.get_supported_filetypes()) if kind != "pgf")
+    """The suffixes a plot can be saved as (matplotlib picks the format by suffix); PGF is
+    left out, as matplotlib writes it only with a LaTeX installation."""
+    kinds = new_figure().canvas.get_supported_filetypes()
+    return tuple("." + kind for kind in sorted(kinds) if kind != "pgf")
 
 
 def plot_attention(maps: Dict[str, np.ndarray], labels: Dict[str, tuple], path, title: str = "") -> Path:
-    """One heatmap per layer and head.
+    """One heatmap per layer (row) and head (column), written to ``path``.
 
     Parameters
     ----------
     maps : dict name -> weights (H, T, S) for one example
     labels : dict name -> (query labels (T,), key labels (S,))
-    path : where to write the PNG
     """
-    names = list(maps)
     H = max(m.shape[0] for m in maps.values())
-    fig = new_figure(figsize=(2.2 * H + 0.6, 2.3 * len(names) + 0.5))
-    axes = fig.subplots(len(names), H, squeeze=False)
-    for r, name in enumerate(names):
+    fig = new_figure(figsize=(2.2 * H + 0.6, 2.3 * len(maps) + 0.5))
+    axes = fig.subplots(len(maps), H, squeeze=False)
+    for r, (name, weights) in enumerate(maps.items()):
         ylab, xlab = labels[name]
-        for h in range(H):
-            ax = axes[r, h]
-            if h >= maps[name].shape[0]:
+        for h, ax in enumerate(axes[r]):
+            if h >= weights.shape[0]:
                 ax.axis("off")
                 continue
-            ax.imshow(maps[name][h], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-            ax.set_xticks(range(len(xlab)))
-            ax.set_xticklabels(xlab, fontsize=6, rotation=90)
-            ax.set_yticks(range(len(ylab)))
-            ax.set_yticklabels(ylab, fontsize=6)
+            ax.imshow(weights[h], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+            ax.set_xticks(range(len(xlab)), xlab, fontsize=6, rotation=90)
+            ax.set_yticks(range(len(ylab)), ylab, fontsize=6)
             if h == 0:
                 ax.set_ylabel(name.replace(".layers.", " L").replace("_attn", ""), fontsize=7)
             if r == 0:
@@ -73,9 +64,5 @@ def plot_attention(maps: Dict[str, np.ndarray], labels: Dict[str, tuple], path, 
     try:
         fig.savefig(path, dpi=110)
     except RuntimeError as e:  # a format whose writer needs a program that is missing
-        raise ValueError(f"could not write {path}: {e}") from None
+        raise NumpyTransformerError(f"could not write {path}: {e}") from None
     return path
-
-
-def short_labels(tokens: Sequence[str]) -> list:
-    return [str(t)[:10] for t in tokens]
