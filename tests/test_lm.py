@@ -329,7 +329,7 @@ def test_loss_is_counted_per_character(tokenization):
     task = embedded_task(tokenization)
     V = len(task.tokenizer)
     m = task.val_loss(Uniform(V))
-    _, val = task._ids()
+    _, val = task.split_ids
     T = task.data.block_size
     n = (len(val) - 1) // T
     targets = val[1:n * T + 1]

@@ -1,4 +1,4 @@
-"""Padding and length-bucketed batching.
+"""Padding, length-bucketed batching, and the windows of a language model's token stream.
 
 A batch costs roughly ``batch_size * longest_sequence`` tokens of compute, padding
 included. Grouping sequences of similar length keeps the padding small, and a
@@ -152,3 +152,18 @@ def bucket_batches(
     if shuffle:
         batches = [batches[j] for j in rng.permutation(len(batches))]
     return batches
+
+
+def random_windows(ids: np.ndarray, width: int, batch_size: int, n_batches: int,
+                   rng: np.random.Generator) -> List[np.ndarray]:
+    """``n_batches`` arrays of shape (batch_size, width): windows of ``ids`` starting at random places
+    (a language model's training batches, as nanoGPT's ``get_batch`` draws them)."""
+    starts = rng.integers(0, len(ids) - width + 1, size=(n_batches, batch_size))
+    return [ids[s[:, None] + np.arange(width)] for s in starts]
+
+
+def next_token_windows(ids: np.ndarray, T: int) -> Tuple[np.ndarray, np.ndarray]:
+    """``(x, y)`` of shape (N, T) each: ``ids`` cut into N non-overlapping windows, and at each
+    position the id that follows it (a language model's validation batches)."""
+    n = (len(ids) - 1) // T
+    return ids[:n * T].reshape(n, T), ids[1:n * T + 1].reshape(n, T)

@@ -128,6 +128,12 @@ class Task(ABC):
     def evaluate(self, model, n: int, seed: int, beam: int = 1) -> Dict[str, float]:
         """``eval``: metrics on ``n`` held-out examples (0: all)."""
 
+    def eval_count(self, n: int) -> int:
+        """:meth:`evaluate`'s ``n``, checked; 0 gives :attr:`default_eval_n` (itself 0 for all)."""
+        if not 0 <= n <= 10 ** 7:
+            raise NumpyTransformerError(f"--n must be 0 (all) or a count up to 10000000, got {n}")
+        return n or self.default_eval_n
+
     @abstractmethod
     def predict(self, model, lines: Sequence[str], beam: int = 1) -> List[str]:
         """The model's output for each input line."""

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
 from ..config import TransformerConfig
+from ..datasets.batching import next_token_windows, random_windows
 from ..datasets.shakespeare import (BPETokenizer, CharTokenizer, load_corpus, split_text, text_digest,
                                     tokenizer_from_dict)
 from ..errors import NumpyTransformerError
@@ -52,6 +54,7 @@ class LMData:
 
 #: What ``predict`` generates for each input line.
 PREDICT_TOKENS, PREDICT_TEMPERATURE, PREDICT_TOP_K = 300, 0.8, 40
+NO_BEAM = "--beam must be 1 for the language model (it samples, it does not search)"
 
 
 class LanguageModelTask(Task):
@@ -68,17 +71,17 @@ class LanguageModelTask(Task):
 
     @classmethod
     def recipe(cls, data: LMData):
-        """Two pre-LN blocks of width 128 with tied weights, no dropout and a high Noam peak (about 7e-3 after
-        100 updates), 16 windows of 128 tokens a batch. With BPE (the default): 2,000 updates, which reached
-        1.58 nats/char in 254 s of CPU time. With characters: 5,000 updates, the last 20% cooling down to 0.
-        Measured in benchmarks/RESULTS.md: for the budgets a CPU gives, two blocks learn faster than four."""
-        model = ModelSettings(d_model=128, n_heads=4, n_layers=2, d_ff=512, dropout=0.0, norm="pre",
-                              tie_embeddings=True)
+        """Two pre-LN blocks with tied weights, no dropout, a high Noam peak (about 7e-3 after 100 updates)
+        and 16 windows of 128 tokens a batch; for the budgets a CPU gives, two blocks learn faster than four
+        (benchmarks/RESULTS.md). BPE (the default): 2,000 updates, 1.58 nats/char in 254 s of CPU time.
+        Characters: 5,000 updates, the last 20% cooling down to 0."""
         if data.corpus == "embedded":
             return (ModelSettings(d_model=64, n_heads=4, n_layers=2, d_ff=256, dropout=0.0, norm="pre",
                                   tie_embeddings=True),
                     TrainConfig(epochs=4, lr_factor=1.0, warmup=50, label_smoothing=0.0, clip_norm=1.0,
                                 log_every=50, max_minutes=0))
+        model = ModelSettings(d_model=128, n_heads=4, n_layers=2, d_ff=512, dropout=0.0, norm="pre",
+                              tie_embeddings=True)
         if data.tokenization == "bpe":
             return model, TrainConfig(epochs=4, lr_factor=0.8, warmup=100, label_smoothing=0.0, clip_norm=1.0,
                                       log_every=100, max_minutes=0)
@@ -86,79 +89,59 @@ class LanguageModelTask(Task):
                                   log_every=100, max_minutes=0, cooldown=0.2)
 
     def __init__(self, data, model: ModelSettings, data_dir: Optional[str] = None, state: Optional[dict] = None):
-        self._texts = self._tokenizer = self._split_ids = None  # read when first needed
         super().__init__(data, model, data_dir, state)
-        self.tokenizer  # built now, so that a damaged saved state is refused at once
+        self.tokenizer = tokenizer_from_dict(self.state.get("tokenizer"))  # a damaged saved state is refused here
 
     # ---- data ---------------------------------------------------------------------------
-    def _text(self):
-        if self._texts is None:
-            text = load_corpus(self.data.corpus, self.data_dir, self.data.embedded_chars)
-            self._texts = split_text(text)
-        return self._texts
+    @cached_property
+    def texts(self):
+        """``(train, val)``: the first 90% of the corpus's characters and the rest, read when first needed."""
+        return split_text(load_corpus(self.data.corpus, self.data_dir, self.data.embedded_chars))
+
+    @cached_property
+    def split_ids(self):
+        """``(train, val)`` as token ids, each longer than a window."""
+        train, val = (self.tokenizer.encode(text) for text in self.texts)
+        if min(len(train), len(val)) <= self.data.block_size:
+            raise NumpyTransformerError(f"--block-size {self.data.block_size} must be shorter than each split "
+                                        f"({len(train)} and {len(val)} tokens)")
+        return train, val
 
     def build_state(self) -> dict:
-        train, _ = self._text()
-        if self.data.tokenization == "char":
-            return {"tokenizer": CharTokenizer.learn(train).to_dict()}
-        return {"tokenizer": BPETokenizer.learn(train, self.data.bpe_merges).to_dict()}
-
-    @property
-    def tokenizer(self):
-        if self._tokenizer is None:
-            self._tokenizer = tokenizer_from_dict(self.state.get("tokenizer"))
-        return self._tokenizer
-
-    def _ids(self):
-        if self._split_ids is None:
-            train, val = self._text()
-            self._split_ids = self.tokenizer.encode(train), self.tokenizer.encode(val)
-            if min(len(s) for s in self._split_ids) <= self.data.block_size:
-                raise NumpyTransformerError(f"--block-size {self.data.block_size} must be shorter than each split "
-                                            f"({len(self._split_ids[0])} and {len(self._split_ids[1])} tokens)")
-        return self._split_ids
+        train, d = self.texts[0], self.data
+        tok = CharTokenizer.learn(train) if d.tokenization == "char" else BPETokenizer.learn(train, d.bpe_merges)
+        return {"tokenizer": tok.to_dict()}
 
     def data_summary(self) -> dict:
-        train, val = self._text()
+        train, val = self.texts
         return {"corpus": self.data.corpus, "train_chars": len(train), "val_chars": len(val),
                 "sha256": text_digest(train + val)}
 
     # ---- model and training ---------------------------------------------------------------
-    def model_config(self) -> TransformerConfig:
-        return TransformerConfig(src_vocab_size=len(self.tokenizer), max_len=self.data.block_size,
-                                 positions=self.data.positions, **self.model.config_fields())
-
     def build_model(self):
-        return TransformerLM(self.model_config())
+        return TransformerLM(TransformerConfig(src_vocab_size=len(self.tokenizer), max_len=self.data.block_size,
+                                               positions=self.data.positions, **self.model.config_fields()))
 
     def train_batches(self, epoch: int) -> list:
         """``batches_per_epoch`` arrays of ``batch_size`` random windows of ``block_size + 1`` ids."""
-        train, _ = self._ids()
         d = self.data
-        rng = np.random.default_rng([self.model.seed, epoch])
-        starts = rng.integers(0, len(train) - d.block_size, size=(d.batches_per_epoch, d.batch_size))
-        offsets = np.arange(d.block_size + 1)
-        return [train[s[:, None] + offsets] for s in starts]
+        return random_windows(self.split_ids[0], d.block_size + 1, d.batch_size, d.batches_per_epoch,
+                              np.random.default_rng([self.model.seed, epoch]))
 
     def batch_arrays(self, batch):
         return (batch[:, :-1],), batch[:, 1:]
 
     def val_loss(self, model, n: int = 0, seed: int = 0) -> Dict[str, float]:
         """Loss per character over the validation split's non-overlapping windows (``n`` random ones if n > 0)."""
-        _, val = self._ids()
-        T = self.data.block_size
-        count = (len(val) - 1) // T
-        x = val[:count * T].reshape(count, T)
-        y = val[1:count * T + 1].reshape(count, T)
-        if 0 < n < count:
-            pick = np.sort(np.random.default_rng(seed).choice(count, n, replace=False))
+        x, y = next_token_windows(self.split_ids[1], self.data.block_size)
+        if 0 < n < len(x):
+            pick = np.sort(np.random.default_rng(seed).choice(len(x), n, replace=False))
             x, y = x[pick], y[pick]
-        lengths = self.tokenizer.lengths
         nats = 0.0
         for i in range(0, len(x), 64):
             logp = log_softmax(model.forward(x[i:i + 64]).astype(np.float64))
             nats -= float(np.take_along_axis(logp, y[i:i + 64, :, None], axis=-1).sum())
-        chars = int(lengths[y].sum())
+        chars = int(self.tokenizer.lengths[y].sum())
         loss = nats / chars
         return {"val_loss": loss, "neg_val_loss": -loss, "val_ppl": math.exp(loss), "val_bpc": loss / math.log(2),
                 "val_tokens": int(y.size), "val_chars": chars, "val_loss_per_token": nats / y.size}
@@ -170,15 +153,13 @@ class LanguageModelTask(Task):
     # ---- after training ------------------------------------------------------------------
     def test_report(self, model) -> Dict[str, float]:
         """The validation figures: Tiny Shakespeare has no third split (nor does nanoGPT use one)."""
-        model.eval()
-        return self.val_loss(model)
+        return self.val_loss(model.eval())
 
     def evaluate(self, model, n: int, seed: int, beam: int = 1) -> Dict[str, float]:
         """Validation loss in nats per character and perplexity, over ``n`` windows (0: all)."""
         if beam != 1:
-            raise NumpyTransformerError("--beam must be 1 for the language model (it samples, it does not search)")
-        model.eval()
-        return self.val_loss(model, n, seed)
+            raise NumpyTransformerError(NO_BEAM)
+        return self.val_loss(model.eval(), self.eval_count(n), seed)
 
     def encode_prompt(self, prompt: str) -> np.ndarray:
         if not isinstance(prompt, str):
@@ -194,7 +175,7 @@ class LanguageModelTask(Task):
     def predict(self, model, lines: Sequence[str], beam: int = 1) -> List[str]:
         """Each line continued by 300 sampled tokens (temperature 0.8, top-k 40, seed 0)."""
         if beam != 1:
-            raise NumpyTransformerError("--beam must be 1 for the language model (it samples, it does not search)")
+            raise NumpyTransformerError(NO_BEAM)
         return [self.generate(model, line, PREDICT_TOKENS, PREDICT_TEMPERATURE, PREDICT_TOP_K, None, 0)
                 for line in lines]
 
@@ -202,8 +183,7 @@ class LanguageModelTask(Task):
         """Self-attention maps of every layer over the (last ``block_size``) tokens of ``text``,
         and the model's greedy guess of the next token after each position."""
         ids = self.encode_prompt(text)[-self.data.block_size:]
-        model.eval()
-        logits = model.forward(ids[None])
+        logits = model.eval().forward(ids[None])
         labels = [self.tokenizer.decode([i]) for i in ids]
         maps, labelled = self.labelled_maps(model, labels, labels)
         return maps, labelled, self.tokenizer.decode(logits[0].argmax(axis=-1))
