@@ -184,11 +184,8 @@ def _read_arrays(path: Path, entry: dict, like: dict) -> dict:
 
 
 def load_checkpoint(path, model, optimizer=None) -> dict:
-    """Load a checkpoint into ``model`` (and ``optimizer``); returns its JSON document.
-
-    Everything is checked before anything is copied, so a refused checkpoint leaves the
-    model as it was.
-    """
+    """Load a checkpoint into ``model`` (and ``optimizer``); returns its JSON document. Everything
+    is checked before anything is copied, so a refused checkpoint leaves the model as it was."""
     path = Path(path)
     doc = read_checkpoint_meta(path, for_resume=optimizer is not None)
     js = path / "checkpoint.json"
