@@ -18,11 +18,11 @@ import numpytransformer.trainer as trainer_module
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from baseline_bow import evaluate, train_bow_logreg  # noqa: E402  (a benchmark, not the library)
 from numpytransformer.cli import main
-from numpytransformer.datasets.imdb import load_imdb
+from numpytransformer.datasets.imdb import load_imdb, sample_stratified, truncate_ids
 from numpytransformer.errors import NumpyTransformerError
 from numpytransformer.settings import ModelSettings
 from numpytransformer.tasks.base import task_from_dict
-from numpytransformer.tasks.sentiment import UNK, SentimentData, SentimentTask, sample_stratified, truncate_ids
+from numpytransformer.tasks.sentiment import UNK, SentimentData, SentimentTask
 from numpytransformer.trainer import TrainConfig, Trainer, without_timing
 
 POS = ["great", "wonderful", "superb", "delight", "loved", "brilliant"]

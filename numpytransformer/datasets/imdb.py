@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
 import html
 import os
 import re
@@ -282,3 +283,20 @@ def train_val_texts(data_dir, n_train, val_fraction: float, seed: int):
     seen = set(tr_t)
     keep = np.array([t not in seen for t in va_t], dtype=bool)
     return (tr_t, tr_y), ([t for t, k in zip(va_t, keep) if k], va_y[keep]), int((~keep).sum())
+
+
+def imdb_test(data_dir, n, seed: int) -> Tuple[List[str], np.ndarray]:
+    """Cleaned ``(texts, labels)`` of a stratified sample of ``n`` test reviews (None: all, in order)."""
+    texts, labels = load_imdb("test", data_dir, clean=True)
+    pick = sample_stratified(labels, n, seed)
+    return [texts[i] for i in pick], labels[pick]
+
+
+def reviews_digest(*splits) -> str:
+    """A short SHA-256 of ``(texts, labels)`` splits: what identifies the reviews read."""
+    h = hashlib.sha256()
+    for texts, labels in splits:
+        h.update(np.ascontiguousarray(labels, dtype="<i8").tobytes())
+        for t in texts:
+            h.update(t.encode("utf-8") + b"\0")
+    return h.hexdigest()[:16]

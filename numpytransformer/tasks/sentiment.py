@@ -1,22 +1,18 @@
 """Sentiment classification of IMDB movie reviews with the encoder-only classifier.
 
-The pipeline: clean a review (``<br />`` tags, HTML entities), tokenize it (lower-cased
-words, or BPE units), map the tokens to ids with a vocabulary built from the training
-split only, cut it to ``max_tokens``, batch reviews of similar length under a token
-budget, and train :class:`~numpytransformer.models.TransformerClassifier` (encoder,
-pooling, one linear layer to two logits) with the cross-entropy of the label.
+A review is cleaned (``<br />`` tags, HTML entities), tokenized (lower-cased words, or
+BPE units), mapped to ids with a vocabulary of the training split, and cut to
+``max_tokens``; reviews of similar length are batched under a token budget, and
+:class:`~numpytransformer.models.TransformerClassifier` (encoder, pooling, one linear
+layer to two logits) learns the cross-entropy of the label.
 
-Splits: the 25,000 training reviews give the training and validation sets
-(``val_fraction``, stratified). A validation review whose cleaned text is also a
-training review's is dropped (15 of 2,500 with the defaults), so the two sets are
-disjoint by text. The 25,000 test reviews, the official split, are read only after
-training and by ``eval`` (123 of them repeat a training review: a known property of
-the data set). The tokenizer and the vocabulary are saved in the checkpoint, so a
-checkpoint classifies new text without the data.
+The 25,000 training reviews give the training and validation sets (``val_fraction``,
+stratified, disjoint by text: see :func:`~numpytransformer.datasets.imdb.train_val_texts`);
+the official test split is read only after training and by ``eval``. The tokenizer and
+the vocabulary are saved in the checkpoint, so a checkpoint classifies new text without the data.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
@@ -24,7 +20,7 @@ import numpy as np
 
 from ..config import TransformerConfig
 from ..datasets.batching import bucket_batches, pad_batch
-from ..datasets.imdb import clean_review, load_imdb, sample_stratified, train_val_texts, truncate_ids
+from ..datasets.imdb import clean_review, imdb_test, reviews_digest, train_val_texts, truncate_ids
 from ..errors import NumpyTransformerError
 from ..models import TransformerClassifier
 from ..settings import ModelSettings, check_fields, option
@@ -33,7 +29,7 @@ from ..text import Tokenizer, Vocab
 from ..trainer import TrainConfig
 from .base import Task
 
-__all__ = ["SentimentData", "SentimentTask", "LABELS", "truncate_ids"]
+__all__ = ["SentimentData", "SentimentTask", "LABELS"]
 
 PAD, BOS, UNK = 0, 1, 3
 LABELS = ("negative", "positive")  # by label id
@@ -91,28 +87,24 @@ class SentimentTask(Task):
                 TrainConfig(epochs=4, lr_factor=0.5, warmup=500, label_smoothing=0.0, log_every=100, max_minutes=16))
 
     def __init__(self, data, model, data_dir=None, state=None):
-        self._texts, self._ids, self._summary = {}, {}, None
-        self.n_val_duplicates = 0
+        self._texts, self._ids, self.n_val_duplicates = {}, {}, 0
         super().__init__(data, model, data_dir, state)
         self.tok, self.vocab = Tokenizer.from_dict(self.state["tokenizer"]), Vocab.from_dict(self.state["vocab"])
 
     # ---- data ----------------------------------------------------------------------------
     def texts(self, split: str):
-        """Cleaned texts and labels (1 positive) of ``"train"``, ``"val"`` or ``"test"``."""
+        """Cleaned texts and labels (1 positive) of ``"train"``, ``"val"`` or ``"test"``, read when first needed."""
         if split not in self._texts:
             d, seed = self.data, self.model.seed
             if split == "test":
-                texts, labels = load_imdb("test", self.data_dir, clean=True)
-                pick = sample_stratified(labels, d.n_test, seed)
-                self._texts["test"] = ([texts[i] for i in pick], labels[pick])
-                return self._texts["test"]
-            (tr_t, tr_y), (va_t, va_y), self.n_val_duplicates = train_val_texts(self.data_dir, d.n_train,
-                                                                                d.val_fraction, seed)
-            for name, y in (("training", tr_y), ("validation", va_y)):
-                if len(np.unique(y)) < len(LABELS):
-                    raise NumpyTransformerError(f"the {name} set has no review of some class: raise --n-train or "
-                                                "adjust --val-fraction")
-            self._texts["train"], self._texts["val"] = (tr_t, tr_y), (va_t, va_y)
+                self._texts["test"] = imdb_test(self.data_dir, d.n_test, seed)
+            else:
+                train, val, self.n_val_duplicates = train_val_texts(self.data_dir, d.n_train, d.val_fraction, seed)
+                for name, (_, labels) in (("training", train), ("validation", val)):
+                    if len(np.unique(labels)) < len(LABELS):
+                        raise NumpyTransformerError(f"the {name} set has no review of some class: raise --n-train "
+                                                    "or adjust --val-fraction")
+                self._texts.update(train=train, val=val)
         return self._texts[split]
 
     def build_state(self) -> dict:
@@ -122,17 +114,8 @@ class SentimentTask(Task):
         return {"tokenizer": tok.to_dict(), "vocab": vocab.to_dict()}
 
     def data_summary(self) -> dict:
-        """Review counts and a digest of the training and validation texts and labels."""
-        if self._summary is None:
-            h = hashlib.sha256()
-            for split in ("train", "val"):
-                texts, labels = self.texts(split)
-                h.update(np.ascontiguousarray(labels, dtype="<i8").tobytes())
-                for t in texts:
-                    h.update(t.encode("utf-8") + b"\0")
-            self._summary = {"train_reviews": len(self.texts("train")[0]), "val_reviews": len(self.texts("val")[0]),
-                             "sha256": h.hexdigest()[:16]}
-        return self._summary
+        train, val = self.texts("train"), self.texts("val")
+        return {"train_reviews": len(train[0]), "val_reviews": len(val[0]), "sha256": reviews_digest(train, val)}
 
     def tokens(self, text: str) -> List[str]:
         """The kept tokens of one raw review: cleaned, tokenized and truncated."""
@@ -144,7 +127,7 @@ class SentimentTask(Task):
         return np.array([BOS] * (self.data.pooling == "first") + self.vocab.encode(self.tokens(text)), dtype=np.int64)
 
     def split_ids(self, split: str):
-        """(id arrays, labels) of a split, encoded once and kept in memory."""
+        """(id arrays, labels) of a split, encoded once."""
         if split not in self._ids:
             texts, labels = self.texts(split)
             self._ids[split] = ([self.encode(t) for t in texts], labels)
@@ -201,12 +184,8 @@ class SentimentTask(Task):
 
     def evaluate(self, model, n: int, seed: int, beam: int = 1) -> Dict[str, float]:
         """Accuracy on the whole test split, or on a stratified sample of exactly ``n`` reviews."""
-        if not 0 <= n <= 10 ** 7:
-            raise NumpyTransformerError(f"--n must be 0 (the whole test split) or a count, got {n}")
-        texts, labels = load_imdb("test", self.data_dir, clean=True)
-        pick = sample_stratified(labels, n or None, seed)
-        ids = [self.encode(texts[i]) for i in pick]
-        return {"split": "test", "n": len(pick), **self.scores(model, ids, labels[pick])}
+        texts, labels = imdb_test(self.data_dir, self.eval_count(n) or None, seed)
+        return {"split": "test", "n": len(labels), **self.scores(model, [self.encode(t) for t in texts], labels)}
 
     # ---- the user's side ----------------------------------------------------------------------
     def example_input(self) -> str:
