@@ -1,9 +1,8 @@
 """Command line: ``python -m numpytransformer COMMAND ...`` (``--help`` on each command).
 
-``train TASK`` exists for every task in :data:`~numpytransformer.tasks.base.TASKS`, with
-flags generated from the task's data settings, :class:`~numpytransformer.settings.ModelSettings`
-and :class:`~numpytransformer.trainer.TrainConfig`; unset flags take the task's recipe.
-The other commands load a checkpoint and ask its task to evaluate, predict, draw or generate.
+``train TASK`` takes flags generated from the task's data settings, :class:`ModelSettings` and
+:class:`TrainConfig` (unset flags take the task's recipe). The other commands load a checkpoint
+and ask its task to evaluate, predict, draw or generate.
 """
 from __future__ import annotations
 
@@ -17,8 +16,9 @@ from typing import List, Optional
 
 from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, read_checkpoint_meta, save_checkpoint
 from .errors import NumpyTransformerError
-from .settings import ModelSettings, _parse_int, add_flags, flag_of, given_values
+from .settings import ModelSettings, add_flags, flag_of, given_values, whole_number
 from .tasks.base import TASKS, task_class, task_from_dict
+from .tasks.reverse import ReversalTask, ReverseData
 from .trainer import TrainConfig, Trainer
 
 __all__ = ["main", "build_parser", "load_for_inference"]
@@ -36,9 +36,11 @@ def resolve_checkpoint(path: str) -> Path:
     raise CheckpointError(f"{path!r} holds no checkpoint (no checkpoint.json in it, nor in best/ or last/)")
 
 
-def _task_of(doc: dict, ck: Path, data_dir: Optional[str] = None):
+def _read_task(ck: Path, data_dir: Optional[str] = None, for_resume: bool = False):
+    """A checkpoint's document and its task; a bad task field names the file."""
+    doc = read_checkpoint_meta(ck, for_resume=for_resume)
     try:
-        return task_from_dict(doc["task"], data_dir)
+        return doc, task_from_dict(doc["task"], data_dir)
     except CheckpointError:
         raise
     except NumpyTransformerError as e:
@@ -49,8 +51,7 @@ def load_for_inference(path: str, data_dir: Optional[str] = None, need: Optional
     """``(task, model, checkpoint path)``, the model in eval mode; ``need`` names the task the
     command requires (``translate`` needs a translation checkpoint)."""
     ck = resolve_checkpoint(path)
-    doc = read_checkpoint_meta(ck)
-    task = _task_of(doc, ck, data_dir)
+    _, task = _read_task(ck, data_dir)
     if need is not None and task.name != need:
         raise NumpyTransformerError(f"this command needs a {need} checkpoint; {path} holds a {task.name} model "
                                     f"(use {task.predict_command})")
@@ -58,10 +59,6 @@ def load_for_inference(path: str, data_dir: Optional[str] = None, need: Optional
     load_checkpoint(ck, model)
     model.eval()
     return task, model, ck
-
-
-def _read_inputs(text: Optional[str]) -> List[str]:
-    return [text] if text is not None else [line.rstrip("\n") for line in sys.stdin]
 
 
 def _fmt(metrics: dict) -> str:
@@ -95,8 +92,7 @@ def cmd_train(args) -> None:
     given_train = given_values(args, TrainConfig)
     if args.resume:
         ck = Path(args.out) / "last"
-        doc = read_checkpoint_meta(ck, for_resume=True)
-        task = _task_of(doc, ck, args.data_dir)
+        doc, task = _read_task(ck, args.data_dir, for_resume=True)
         if task.name != cls.name:
             raise NumpyTransformerError(f"--resume: {args.out} holds a {task.name} run, not a {cls.name} run")
         changed = [flag_of(c, k) for c, now in ((cls.Data, task.data), (ModelSettings, task.model))
@@ -127,12 +123,12 @@ def cmd_train(args) -> None:
     trainer.fit()
     print(f"trained {trainer.optimizer.t - first} updates in {time.perf_counter() - start:.1f} s", flush=True)
     out = Path(args.out)
-    which = "best" if (out / "best" / "checkpoint.json").is_file() else "last"
-    load_checkpoint(out / which, model)
+    ck = out / "best" if (out / "best" / "checkpoint.json").is_file() else out / "last"
+    load_checkpoint(ck, model)
     model.eval()
-    print(f"final (test, {which} checkpoint): {_fmt(task.test_report(model))}")
+    print(f"final (test, {ck.name} checkpoint): {_fmt(task.test_report(model))}")
     prompt = "--prompt " if task.predict_command == "generate" else ""
-    print(f"checkpoint: {out / which}   try: python -m numpytransformer {task.predict_command} --checkpoint {out} "
+    print(f"checkpoint: {ck}   try: python -m numpytransformer {task.predict_command} --checkpoint {args.out} "
           f"{prompt}\"{task.example_input()}\"")
 
 
@@ -150,12 +146,12 @@ def cmd_eval(args) -> None:
 
 
 def cmd_predict(args) -> None:
-    need = {"translate": "translate", "classify": "sentiment"}.get(args.command)
-    task, model, _ = load_for_inference(args.checkpoint, need=need)
+    """``predict``, ``translate`` and ``classify``: one given text, or each line of stdin."""
+    task, model, _ = load_for_inference(args.checkpoint, need=args.need)
     _check_beam(task, args.beam)
-    lines = _read_inputs(args.text)
     if args.text is not None and not args.text.strip():
         raise NumpyTransformerError("the input is empty: give some text, or none to read lines from stdin")
+    lines = [args.text] if args.text is not None else [line.rstrip("\n") for line in sys.stdin]
     outs = task.predict(model, lines, beam=args.beam)
     if args.text is not None and not outs[0]:  # stdin keeps its empty lines; one given text must say something
         raise NumpyTransformerError("the input has no words once cleaned (tags, HTML entities and spaces removed)")
@@ -187,27 +183,26 @@ def cmd_attention(args) -> None:
 def cmd_average(args) -> None:
     if Path(args.out).exists():
         raise NumpyTransformerError(f"--out {args.out} already exists; choose a new directory")
-    paths = sorted(ck for p in args.checkpoints for ck in ([Path(p)] if (Path(p) / "checkpoint.json").is_file()
-                                                              else sorted(Path(p).glob("*/checkpoint.json"))))
-    paths = [p.parent if p.name == "checkpoint.json" else p for p in paths][-args.last:]
+    paths = []
+    for p in map(Path, args.checkpoints):  # a checkpoint, or a folder of them
+        paths += [p] if (p / "checkpoint.json").is_file() else [ck.parent for ck in p.glob("*/checkpoint.json")]
+    paths = sorted(paths)[-args.last:]
     if not paths:
         raise CheckpointError(f"no checkpoints in {', '.join(args.checkpoints)}")
     task, model, _ = load_for_inference(str(paths[0]), args.data_dir)
     doc = average_checkpoints(paths, model)
     if any(read_checkpoint_meta(p)["task"] != doc["task"] for p in paths):
         raise CheckpointError("the checkpoints belong to different tasks or data; average checkpoints of one run")
-    save_checkpoint(args.out, model, {k: doc[k] for k in ("task", "data", "train", "step", "epoch", "best_score",
-                                                           "history")})
+    meta = {k: doc[k] for k in ("task", "data", "train", "step", "epoch", "best_score", "history")}
+    save_checkpoint(args.out, model, meta)
     print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) into {args.out}")
 
 
 def cmd_sweep(args) -> None:
-    from .sweep import default_sweep_train, run_sweep, sweep_settings, write_report
-    from .tasks.reverse import ReversalTask, ReverseData
+    from .sweep import DEFAULT_GRID, FACTORS, default_sweep_train, run_sweep, sweep_settings, write_report
 
-    grid = {k: getattr(args, k) for k in ("layers", "heads", "d_model", "warmup") if getattr(args, k) is not None}
-    grid = grid or {"layers": [1, 2, 3, 4], "heads": [1, 2, 4, 8], "d_model": [32, 64, 128], "warmup": [25, 100, 400]}
-    data = ReverseData(formulation=args.formulation, **given_values(args, ReverseData))
+    grid = {k: getattr(args, k) for k in FACTORS if getattr(args, k) is not None} or DEFAULT_GRID
+    data = ReverseData(formulation=args.formulation, n_train=args.n_train)
     model = dataclasses.replace(ReversalTask.recipe(data)[0], seed=args.seed)
     runs = sweep_settings(data, model, default_sweep_train(args.epochs), grid, full_grid=args.grid)
     print(f"{len(runs)} runs of {args.epochs} epochs each, writing to {args.out}", flush=True)
@@ -217,111 +212,95 @@ def cmd_sweep(args) -> None:
 
 
 # ---- parser ---------------------------------------------------------------------------------
-def _seed(text: str) -> int:
-    """A seed flag: digits only (``1_0`` is refused, not read as 10), from 0 to 2**32 - 1."""
-    value = _parse_int(text)
-    if not 0 <= value < 2 ** 32:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to {2 ** 32 - 1}, got {text}")
-    return value
+SEED = whole_number(0, 2 ** 32 - 1)
+POSITIVE = whole_number(1, 10 ** 6)
+
+# Arguments several commands take.
+CHECKPOINT = dict(required=True, help="a checkpoint directory or a run directory")
+BEAM = dict(type=POSITIVE, default=1, help="beam size; 1 is greedy (default %(default)s)")
+DATA_DIR = dict(default=None, help="folder of the real data sets (default: $NUMPYTRANSFORMER_DATA, else ../shared/data)")
 
 
-def _count(text: str) -> int:
-    """``eval --n``: 0 (all) up to 10**7."""
-    value = _parse_int(text)
-    if not 0 <= value <= 10 ** 7:
-        raise argparse.ArgumentTypeError(f"expected 0 (all) or a count up to 10000000, got {text}")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = _parse_int(text)
-    if not 1 <= value <= 10 ** 6:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 1000000, got {text}")
-    return value
+def _command(sub, name: str, func, help: str, **kw) -> argparse.ArgumentParser:
+    """A sub-command that runs ``func(args)``."""
+    p = sub.add_parser(name, help=help, **kw)
+    p.set_defaults(func=func)
+    return p
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m numpytransformer",
                                      description="The Transformer in pure NumPy: train, evaluate, predict and inspect.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    data_dir = dict(default=None, help="folder of the real data sets (default: $NUMPYTRANSFORMER_DATA, else "
-                                       "../shared/data)")
 
     train = sub.add_parser("train", help="train a model on a task", description="Train a model on a task.")
     tsub = train.add_subparsers(dest="task", metavar="TASK", required=True)
     for name in TASKS:
         cls = task_class(name)
-        p = tsub.add_parser(name, help=cls.summary, description=f"{cls.__doc__.splitlines()[0]} Unset options take "
-                            "the task's recipe: the defaults shown are those of the default data settings (another "
-                            "--dataset or --corpus has its own; every run prints the settings it uses).")
+        p = _command(tsub, name, cmd_train, cls.summary, description=f"{cls.__doc__.splitlines()[0]} Unset options "
+                     "take the task's recipe; the defaults shown are the default data settings' (every run prints "
+                     "the settings it uses).")
         model, train_cfg = cls.recipe(cls.Data())
         add_flags(p, cls.Data, cls.Data(), "data")
         add_flags(p, ModelSettings, model, "model")
         add_flags(p, TrainConfig, train_cfg, "training")
-        p.add_argument("--data-dir", **data_dir)
+        p.add_argument("--data-dir", **DATA_DIR)
         p.add_argument("--out", default=f"runs/{name}", help="run directory: best/, last/, history.json, curves.png")
         p.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
-        p.set_defaults(func=cmd_train)
 
-    ev = sub.add_parser("eval", aliases=["evaluate"], help="metrics of a checkpoint on held-out data")
-    ev.add_argument("--checkpoint", required=True, help="a checkpoint directory or a run directory")
-    ev.add_argument("--n", type=_count, default=None, help="how many held-out examples (default: the task's; 0: all)")
-    ev.add_argument("--seed", type=_seed, default=1, help="seed of the fresh sample (default %(default)s)")
-    ev.add_argument("--beam", type=_positive, default=1, help="beam size; 1 is greedy (default %(default)s)")
-    ev.add_argument("--data-dir", **data_dir)
-    ev.set_defaults(func=cmd_eval)
+    ev = _command(sub, "eval", cmd_eval, "metrics of a checkpoint on held-out data", aliases=["evaluate"])
+    ev.add_argument("--checkpoint", **CHECKPOINT)
+    ev.add_argument("--n", type=whole_number(0, 10 ** 7, "0 (all) or a count up to 10000000"), default=None,
+                    help="how many held-out examples (default: the task's; 0: all)")
+    ev.add_argument("--seed", type=SEED, default=1, help="seed of the fresh sample (default %(default)s)")
+    ev.add_argument("--beam", **BEAM)
+    ev.add_argument("--data-dir", **DATA_DIR)
 
-    for name, text, example in (("predict", "run a checkpoint on an input", '"3 5 4 2 1"'),
-                                ("translate", "translate with a checkpoint", '"Ein Mann fährt Fahrrad."'),
-                                ("classify", "sentiment of a review with a checkpoint", '"This film was a delight."')):
-        p = sub.add_parser(name, help=text, description=f"{text[0].upper()}{text[1:]}: one input, or each line of "
-                           "standard input (an empty line gives an empty line).")
-        p.add_argument("--checkpoint", required=True)
+    for name, need, text, example in (
+            ("predict", None, "run a checkpoint on an input", '"3 5 4 2 1"'),
+            ("translate", "translate", "translate with a checkpoint", '"Ein Mann fährt Fahrrad."'),
+            ("classify", "sentiment", "sentiment of a review with a checkpoint", '"This film was a delight."')):
+        p = _command(sub, name, cmd_predict, text, description=f"{text[0].upper()}{text[1:]}: one input, or each "
+                     "line of standard input (an empty line gives an empty line).")
+        p.add_argument("--checkpoint", **CHECKPOINT)
         p.add_argument("text", nargs="?", metavar="TEXT", help=f"e.g. {example}; omitted: one per line from stdin")
-        p.add_argument("--beam", type=_positive, default=1, help="beam size; 1 is greedy (default %(default)s)")
-        p.set_defaults(func=cmd_predict)
+        p.add_argument("--beam", **BEAM)
+        p.set_defaults(need=need)
 
-    at = sub.add_parser("attention", help="heatmaps of every layer and head for one input")
-    at.add_argument("--checkpoint", required=True)
+    at = _command(sub, "attention", cmd_attention, "heatmaps of every layer and head for one input")
+    at.add_argument("--checkpoint", **CHECKPOINT)
     at.add_argument("text", metavar="TEXT")
     at.add_argument("--out", default="attention.png", help="image path (default %(default)s)")
-    at.set_defaults(func=cmd_attention)
 
-    ge = sub.add_parser("generate", help="sample text from a language model")
-    ge.add_argument("--checkpoint", required=True)
+    ge = _command(sub, "generate", cmd_generate, "sample text from a language model")
+    ge.add_argument("--checkpoint", **CHECKPOINT)
     ge.add_argument("--prompt", default=None, help="text to continue (omitted: read from stdin)")
-    ge.add_argument("--tokens", type=_positive, default=500, help="tokens to generate (default %(default)s)")
+    ge.add_argument("--tokens", type=POSITIVE, default=500, help="tokens to generate (default %(default)s)")
     ge.add_argument("--temperature", type=float, default=0.8, help="softmax temperature (default %(default)s)")
-    ge.add_argument("--top-k", type=_positive, default=None, help="sample from the k most likely tokens")
+    ge.add_argument("--top-k", type=POSITIVE, default=None, help="sample from the k most likely tokens")
     ge.add_argument("--top-p", type=float, default=None, help="sample from the smallest set of mass p (nucleus)")
-    ge.add_argument("--seed", type=_seed, default=0, help="seed of the sampling (default %(default)s)")
-    ge.set_defaults(func=cmd_generate)
+    ge.add_argument("--seed", type=SEED, default=0, help="seed of the sampling (default %(default)s)")
 
-    av = sub.add_parser("average", help="average the weights of the last epochs of a run",
-                        description="Average checkpoints of one run (train with --keep-epochs N, then average "
-                                    "OUT/epochs) into a new checkpoint.")
+    av = _command(sub, "average", cmd_average, "average the weights of the last epochs of a run", description=(
+        "Average checkpoints of one run (train with --keep-epochs N, then average OUT/epochs) into a new checkpoint."))
     av.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT", help="checkpoint directories, or a folder of them")
-    av.add_argument("--last", type=_positive, default=1000, help="only the last N of them (by name)")
+    av.add_argument("--last", type=POSITIVE, default=1000, help="only the last N of them (by name)")
     av.add_argument("--out", required=True, help="the new checkpoint directory")
-    av.add_argument("--data-dir", **data_dir)
-    av.set_defaults(func=cmd_average)
+    av.add_argument("--data-dir", **DATA_DIR)
 
-    from .tasks.reverse import ReverseData
-
-    sw = sub.add_parser("sweep", help="ablation on reversal: which design choice matters most",
-                        description="Train one reversal model per setting, one factor at a time around the default "
-                                    "(or every combination with --grid); write sweep.md/.csv/.json/.png into --out.")
+    sw = _command(sub, "sweep", cmd_sweep, "ablation on reversal: which design choice matters most", description=(
+        "Train one reversal model per setting, one factor at a time around the default (or every combination "
+        "with --grid); write sweep.md/.csv/.json/.png into --out."))
     for flag, text in (("--layers", "encoder and decoder depths"), ("--heads", "attention heads"),
                        ("--d-model", "model widths"), ("--warmup", "Noam warm-up updates")):
-        sw.add_argument(flag, type=_positive, nargs="+", default=None, help=text)
-    sw.add_argument("--epochs", type=_positive, default=3, help="epochs of every run (default %(default)s)")
+        sw.add_argument(flag, type=POSITIVE, nargs="+", default=None, help=text)
+    sw.add_argument("--epochs", type=POSITIVE, default=3, help="epochs of every run (default %(default)s)")
     sw.add_argument("--grid", action="store_true", help="every combination instead of one factor at a time")
     sw.add_argument("--formulation", choices=["seq2seq", "tagger"], default="seq2seq")
-    sw.add_argument("--n-train", dest="ReverseData.n_train", type=_positive, default=argparse.SUPPRESS,
-                    help=f"training sequences (default {ReverseData().n_train})")
-    sw.add_argument("--seed", type=_seed, default=0)
+    sw.add_argument("--n-train", type=POSITIVE, default=ReverseData().n_train, metavar="N",
+                    help="training sequences (default %(default)s)")
+    sw.add_argument("--seed", type=SEED, default=0, help="seed of every run's model (default %(default)s)")
     sw.add_argument("--out", default="runs/sweep", help="folder for the runs and the report (default %(default)s)")
-    sw.set_defaults(func=cmd_sweep)
     return parser
 
 

@@ -1,13 +1,9 @@
 """Settings as dataclasses, and command-line flags generated from their fields.
 
-A field is declared once, with :func:`option`: its default, its help, its flag, its
-choices or range. From that one declaration come the flag (``--d-model``), its help
-text and default, and the check of a value, whose message names the flag. Three kinds
-of settings describe a run:
-
-- :class:`ModelSettings`: the model's shape (the same fields for every task);
-- :class:`~numpytransformer.trainer.TrainConfig`: the optimisation;
-- a task's own data settings (``ReverseData``, ``TranslateData``, ...).
+A field is declared once, with :func:`option` (default, help, flag, choices or range);
+its flag, help and check all come from that declaration. A run is described by
+:class:`ModelSettings`, :class:`~numpytransformer.trainer.TrainConfig` and the task's own
+data settings (``ReverseData``, ``TranslateData``, ...).
 """
 from __future__ import annotations
 
@@ -21,7 +17,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from .errors import NumpyTransformerError
 
-__all__ = ["option", "flag_of", "check_fields", "add_flags", "given_values", "ModelSettings"]
+__all__ = ["option", "flag_of", "check_fields", "add_flags", "given_values", "whole_number", "ModelSettings"]
 
 
 def option(default, help: str, *, flag: Optional[str] = None, choices: Optional[Tuple] = None,
@@ -50,36 +46,30 @@ def _kind(cls, f) -> type:
 
 
 def check_fields(obj) -> None:
-    """Check every field of a settings dataclass against its declaration.
-
-    Raises :class:`NumpyTransformerError` naming the flag, e.g.
-    ``--d-model must be a whole number of at least 1, got 0``.
-    """
+    """Check every field of a settings dataclass against its declaration; the message names
+    the flag: ``--d-model must be from 1 to 4096, got 0``."""
     for f in dataclasses.fields(obj):
         value, m, kind = getattr(obj, f.name), f.metadata, _kind(type(obj), f)
         flag = flag_of(obj, f.name)
         if value is None and m.get("none"):
             continue
-        if kind is bool:
-            if not isinstance(value, bool):
-                raise NumpyTransformerError(f"{flag} must be True or False, got {value!r}")
-            continue
-        if kind is str:
-            if m.get("choices") and value not in m["choices"]:
-                raise NumpyTransformerError(f"{flag} must be one of {', '.join(m['choices'])}, got {value!r}")
-            if not isinstance(value, str):
-                raise NumpyTransformerError(f"{flag} must be a string, got {value!r}")
-            continue
-        whole = kind is int
-        ok = isinstance(value, int) if whole else isinstance(value, (int, float))
-        if isinstance(value, bool) or not ok or (not whole and not math.isfinite(value)):
-            what = "a whole number" if whole else "a finite number"
-            raise NumpyTransformerError(f"{flag} must be {what}, got {value!r}")
-        low, high = m.get("low"), m.get("high")
-        if (low is not None and value < low) or (high is not None and value > high):
-            span = (f"from {low} to {high}" if low is not None and high is not None
-                    else f"at least {low}" if low is not None else f"at most {high}")
-            raise NumpyTransformerError(f"{flag} must be {span}, got {value!r}")
+        if kind is bool and not isinstance(value, bool):
+            raise NumpyTransformerError(f"{flag} must be True or False, got {value!r}")
+        if kind is str and m.get("choices") and value not in m["choices"]:
+            raise NumpyTransformerError(f"{flag} must be one of {', '.join(m['choices'])}, got {value!r}")
+        if kind is str and not isinstance(value, str):
+            raise NumpyTransformerError(f"{flag} must be a string, got {value!r}")
+        if kind in (int, float):
+            whole = kind is int
+            ok = isinstance(value, int if whole else (int, float)) and not isinstance(value, bool)
+            if not ok or not (whole or math.isfinite(value)):
+                what = "a whole number" if whole else "a finite number"
+                raise NumpyTransformerError(f"{flag} must be {what}, got {value!r}")
+            low, high = m.get("low"), m.get("high")
+            if (low is not None and value < low) or (high is not None and value > high):
+                span = (f"from {low} to {high}" if low is not None and high is not None
+                        else f"at least {low}" if low is not None else f"at most {high}")
+                raise NumpyTransformerError(f"{flag} must be {span}, got {value!r}")
 
 
 def add_flags(parser: argparse.ArgumentParser, cls, defaults, title: str) -> None:
@@ -95,18 +85,24 @@ def add_flags(parser: argparse.ArgumentParser, cls, defaults, title: str) -> Non
         if kind is bool:
             kw["action"] = argparse.BooleanOptionalAction
         else:
-            kw["type"] = _parse_int if kind is int else float if kind is float else str
+            kw["type"] = whole_number() if kind is int else float if kind is float else str
             kw["choices"] = m.get("choices")
             kw["metavar"] = None if m.get("choices") else {int: "N", float: "X"}.get(kind, "TEXT")
         group.add_argument(flag_of(cls, f.name), **kw)
 
 
-def _parse_int(text: str) -> int:
-    """An integer flag: digits only (``1_0`` and ``1e3`` are refused, not read as 10 and 1000)."""
-    body = text[1:] if text[:1] in "+-" else text
-    if not body.isdigit() or not body.isascii() or len(body) > 18:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
-    return int(text)
+def whole_number(low: Optional[int] = None, high: Optional[int] = None, expected: str = ""):
+    """An argparse ``type`` for a whole number, digits only (``1_0`` and ``1e3`` are refused,
+    not read as 10 and 1000); given ``low`` and ``high``, from ``low`` to ``high``."""
+    def parse(text: str) -> int:
+        body = text[1:] if text[:1] in "+-" else text
+        if not body.isdigit() or not body.isascii() or len(body) > 18:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+        if low is not None and not low <= int(text) <= high:
+            raise argparse.ArgumentTypeError(f"expected {expected or f'a whole number from {low} to {high}'}, "
+                                             f"got {text}")
+        return int(text)
+    return parse
 
 
 def given_values(args: argparse.Namespace, cls) -> Dict[str, Any]:

@@ -1,40 +1,35 @@
 """Ablation sweeps on sequence reversal: which design choice matters most?
 
-A sweep trains one reversal model per setting and scores each on the same held-out test
-sequences. By default it varies **one factor at a time** around a base setting (the
-classic ablation: every other choice stays at the base value), so each factor's effect
-is read off on its own; ``grid=True`` trains every combination instead.
-
-Every run gets the same number of updates (``epochs``), not the same wall time, so a
-deeper or wider model is not penalised for being slower; the table records each run's
-time as well. Results go to ``out_dir``: ``sweep.json`` (every run, its settings and
-metrics), ``sweep.md`` (a Markdown table), ``sweep.csv`` and ``sweep.png`` (test token
-accuracy against each factor's values).
+By default a sweep varies **one factor at a time** around a base setting, every other choice
+staying at the base, so that each factor's effect is read off on its own; ``full_grid``
+trains every combination instead. Every run gets the same number of updates (not the same
+time: each run's seconds are recorded) and is scored on the same test sequences.
 
     python -m numpytransformer sweep --layers 1 2 3 4 --heads 1 2 4 8 --out runs/sweep
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import itertools
 import json
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Sequence
 
-from .checkpoint import atomic_write_text
+from .checkpoint import atomic_write
 from .errors import NumpyTransformerError
 from .settings import ModelSettings
 from .tasks.reverse import ReversalTask, ReverseData
 from .trainer import Trainer, TrainConfig
 
-__all__ = ["FACTORS", "sweep_settings", "run_sweep", "factor_effects", "write_report", "default_sweep_train"]
+__all__ = ["FACTORS", "DEFAULT_GRID", "sweep_settings", "run_sweep", "factor_effects", "write_report",
+           "default_sweep_train"]
 
 #: The factors a sweep can vary: name -> (which settings, the field it sets).
 FACTORS = {"layers": ("model", "n_layers"), "heads": ("model", "n_heads"), "d_model": ("model", "d_model"),
            "warmup": ("train", "warmup")}
+#: The values the ``sweep`` command tries when none are given.
+DEFAULT_GRID = {"layers": [1, 2, 3, 4], "heads": [1, 2, 4, 8], "d_model": [32, 64, 128], "warmup": [25, 100, 400]}
 
 
 def default_sweep_train(epochs: int) -> TrainConfig:
@@ -78,10 +73,9 @@ def run_sweep(runs: List[dict], out_dir, log: Callable[[str], None] = print) -> 
     A run whose directory already holds a result is not trained again, so an interrupted
     sweep continues where it stopped.
     """
-    out_dir = Path(out_dir)
     records = []
     for i, run in enumerate(runs):
-        done = out_dir / run["name"] / "result.json"
+        done, head = Path(out_dir) / run["name"] / "result.json", f"[{i + 1}/{len(runs)}] {run['name']}:"
         settings = {k: dataclasses.asdict(run[k]) for k in ("data", "model", "train")}
         if done.exists():
             try:
@@ -90,10 +84,10 @@ def run_sweep(runs: List[dict], out_dir, log: Callable[[str], None] = print) -> 
                 raise NumpyTransformerError(f"{done} is damaged: delete it to train that run again") from None
             if isinstance(record, dict) and all(record.get(k) == v for k, v in settings.items()):
                 records.append(record)
-                log(f"[{i + 1}/{len(runs)}] {run['name']}: already done")
+                log(f"{head} already done")
                 continue
-            log(f"[{i + 1}/{len(runs)}] {run['name']}: {done} holds other settings; training again")
-        log(f"[{i + 1}/{len(runs)}] {run['name']}: " + ", ".join(f"{k} {v}" for k, v in run["factors"].items()))
+            log(f"{head} {done} holds other settings; training again")
+        log(f"{head} " + ", ".join(f"{k} {v}" for k, v in run["factors"].items()))
         task = ReversalTask(run["data"], run["model"])
         model = task.build_model()
         trainer = Trainer(model, task, run["train"], done.parent, log=lambda msg: None)
@@ -105,7 +99,7 @@ def run_sweep(runs: List[dict], out_dir, log: Callable[[str], None] = print) -> 
                   "updates": trainer.optimizer.t, "seconds": round(seconds, 1),
                   "token_accuracy": test["token_accuracy"], "exact_match": test["exact_match"],
                   **settings}
-        atomic_write_text(done, json.dumps(record, indent=1))
+        atomic_write(done, json.dumps(record, indent=1))
         log(f"    token accuracy {record['token_accuracy']:.4f}, exact match {record['exact_match']:.4f}, "
             f"{record['parameters']:,} parameters, {seconds:.0f} s")
         records.append(record)
@@ -134,50 +128,41 @@ def factor_effects(records: List[dict]) -> Dict[str, dict]:
 
 
 def write_report(records: List[dict], out_dir, title: str = "Reversal ablation") -> Path:
-    """``sweep.json``, ``sweep.csv``, ``sweep.md`` and ``sweep.png`` in ``out_dir``; returns the .md path."""
+    """``sweep.json``, ``sweep.csv``, ``sweep.md`` and ``sweep.png`` (test token accuracy
+    against each factor's values) in ``out_dir``; returns the .md path."""
     out_dir = Path(out_dir)
     effects = factor_effects(records)
-    atomic_write_text(out_dir / "sweep.json", json.dumps({"runs": records, "effects": {
-        k: {"accuracy": {str(v): a for v, a in e["accuracy"].items()}, "spread": e["spread"]}
-        for k, e in effects.items()}}, indent=1))
-
+    atomic_write(out_dir / "sweep.json", json.dumps({"runs": records, "effects": effects}, indent=1))
     cols = list(FACTORS) + ["parameters", "updates", "seconds", "token_accuracy", "exact_match"]
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["name"] + cols)
-    for r in records:
-        w.writerow([r["name"]] + [r["factors"][c] if c in FACTORS else r[c] for c in cols])
-    atomic_write_text(out_dir / "sweep.csv", buf.getvalue())
+    rows = [[r["name"]] + [r["factors"][c] if c in FACTORS else r[c] for c in cols] for r in records]
+    atomic_write(out_dir / "sweep.csv", "".join(",".join(map(str, row)) + "\n" for row in [["name"] + cols] + rows))
+
+    def cell(col, value) -> str:
+        if col in ("token_accuracy", "exact_match"):
+            return f"{100 * value:.2f}%"
+        return f"{value:,}" if col in ("parameters", "updates") else str(value)
 
     lines = [f"# {title}", "", "| run | " + " | ".join(cols) + " |", "|" + " --- |" * (len(cols) + 1)]
-    for r in records:
-        cells = [str(r["factors"][c]) if c in FACTORS else f"{r[c]:,}" if isinstance(r[c], int)
-                 else f"{100 * r[c]:.2f}%" if c in ("token_accuracy", "exact_match") else str(r[c]) for c in cols]
-        lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
+    lines += ["| " + " | ".join([row[0]] + [cell(c, v) for c, v in zip(cols, row[1:])]) + " |" for row in rows]
     if effects:
         lines += ["", "Spread of test token accuracy (max - min over the factor's values, others at base):", ""]
         for name, e in sorted(effects.items(), key=lambda kv: -kv[1]["spread"]):
             vals = ", ".join(f"{v}: {100 * a:.2f}%" for v, a in e["accuracy"].items())
             lines.append(f"- **{name}**: {100 * e['spread']:.2f} points ({vals})")
     md = out_dir / "sweep.md"
-    atomic_write_text(md, "\n".join(lines) + "\n")
+    atomic_write(md, "\n".join(lines) + "\n")
 
     if effects:
         from .plotting import new_figure
 
         fig = new_figure(figsize=(3.2 * len(effects), 3.0))
-        axes = fig.subplots(1, len(effects), squeeze=False)
-        for ax, (name, e) in zip(axes[0], effects.items()):
-            xs = list(e["accuracy"])
-            ax.plot(range(len(xs)), [100 * a for a in e["accuracy"].values()], "o-")
-            ax.set_xticks(range(len(xs)), [str(x) for x in xs])
-            ax.set_xlabel(name)
-            ax.set_ylim(0, 101)
+        axes = fig.subplots(1, len(effects), squeeze=False)[0]
+        for ax, (name, e) in zip(axes, effects.items()):
+            ax.plot([str(v) for v in e["accuracy"]], [100 * a for a in e["accuracy"].values()], "o-")
+            ax.set(xlabel=name, ylim=(0, 101))
             ax.grid(alpha=0.3)
-        axes[0][0].set_ylabel("test token accuracy (%)")
+        axes[0].set_ylabel("test token accuracy (%)")
         fig.suptitle(title)
         fig.tight_layout()
         fig.savefig(out_dir / "sweep.png", dpi=110)
     return md
-
-
