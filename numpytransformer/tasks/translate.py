@@ -11,7 +11,9 @@ decode greedily or with beam search, and score with BLEU two ways:
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -91,23 +93,19 @@ class TranslationTask(Task):
         return model, TrainConfig(epochs=8, lr_factor=0.5, warmup=400, log_every=50)
 
     def __init__(self, data, model, data_dir=None, state=None):
-        self._pairs: Optional[Dict[str, List[tuple]]] = None
         self._ids: Dict[str, tuple] = {}
         super().__init__(data, model, data_dir, state)
         self.src_tok, self.tgt_tok = (Tokenizer.from_dict(self.state[k]) for k in ("src_tokenizer", "tgt_tokenizer"))
         self.src_vocab, self.tgt_vocab = (Vocab.from_dict(self.state[k]) for k in ("src_vocab", "tgt_vocab"))
 
     # ---- data and vocabularies ------------------------------------------------------------
-    @property
+    @cached_property
     def pairs(self) -> Dict[str, List[tuple]]:
-        """``{"train"|"val"|"test": [(source, target), ...]}`` as raw text."""
-        if self._pairs is None:
-            d = self.data
-            if d.dataset == "numbers":
-                self._pairs = make_number_pairs(d.n_train, d.n_val, d.n_test, self.model.seed, d.max_number)
-            else:
-                self._pairs = {split: load_multi30k(split, self.data_dir, *d.langs) for split in ("train", "val", "test")}
-        return self._pairs
+        """``{"train"|"val"|"test": [(source, target), ...]}`` as raw text, read when first needed."""
+        d = self.data
+        if d.dataset == "numbers":
+            return make_number_pairs(d.n_train, d.n_val, d.n_test, self.model.seed, d.max_number)
+        return {split: load_multi30k(split, self.data_dir, *d.langs) for split in ("train", "val", "test")}
 
     def build_state(self) -> dict:
         d, train = self.data, self.pairs["train"]
@@ -191,9 +189,8 @@ class TranslationTask(Task):
 
     def evaluate(self, model, n: int, seed: int, beam: int = 1) -> Dict[str, float]:
         """BLEU on the test split (``n`` > 0: its first n pairs)."""
-        if not 0 <= n <= 10 ** 6:
-            raise NumpyTransformerError(f"--n must be 0 (all) or a count up to 1000000, got {n}")
-        return {"split": "test", **self.bleu(model, "test", beam=beam, limit=n or None), "signature": SIGNATURE}
+        limit = self.eval_count(n) or None
+        return {"split": "test", **self.bleu(model, "test", beam=beam, limit=limit), "signature": SIGNATURE}
 
     # ---- the user's side ----------------------------------------------------------------------
     def example_input(self) -> str:
@@ -204,25 +201,19 @@ class TranslationTask(Task):
     def predict(self, model, lines: Sequence[str], beam: int = 1) -> List[str]:
         """Translate each line; an empty line gives an empty line. Longer inputs than the model
         reads are cut, with a warning on standard error."""
-        src = [self.encode_src(line) for line in lines]
+        src, n = [self.encode_src(line) for line in lines], self.data.max_len
         for i, x in enumerate(src):
-            if len(x) > self.data.max_len:
-                import sys
-
-                print(f"warning: line {i + 1} has {len(x)} tokens; only the first {self.data.max_len} are translated",
-                      file=sys.stderr)
-                src[i] = x[:self.data.max_len]
+            if len(x) > n:
+                print(f"warning: line {i + 1} has {len(x)} tokens; only the first {n} are translated", file=sys.stderr)
         keep = [i for i, x in enumerate(src) if len(x)]
-        outs = [""] * len(lines)
-        for i, h in zip(keep, self.translate_ids(model, [src[i] for i in keep], beam) if keep else []):
-            outs[i] = self.detok(h)
-        return outs
+        hyps = dict(zip(keep, self.translate_ids(model, [src[i][:n] for i in keep], beam)))
+        return [self.detok(hyps[i]) if i in hyps else "" for i in range(len(lines))]
 
     def attention(self, model, text: str):
         src_ids = self.encode_src(text)[:self.data.max_len]
         if not len(src_ids):
             raise NumpyTransformerError("the sentence is empty")
-        hyp = self.translate_ids(model, [src_ids])[0]
+        hyp = self.translate_ids(model, [src_ids])[0][:self.data.max_len - 1]  # so that [BOS] + hyp fits the model
         model.forward(src_ids[None], np.array([[BOS] + hyp], dtype=np.int64))
         maps, labels = self.labelled_maps(model, self.src_vocab.decode(src_ids, strip_special=False),
                                           ["<bos>"] + self.tgt_vocab.decode(hyp, strip_special=False))
