@@ -169,9 +169,10 @@ class Trainer:
             raise FloatingPointError(f"{shown} after epoch {self.epoch + 1}: the model diverged (or the validation "
                                      "set is empty); no checkpoint saved for this epoch")
         self.epoch += 1
-        unit, s = self.task.count_unit, max(meter["seconds"], 1e-9)
+        s, unit = max(meter["seconds"], 1e-9), self.task.count_unit
         record = {"epoch": self.epoch, "step": self.optimizer.t, "train_loss": train_loss, "time": round(elapsed, 2),
-                  "train_time": round(meter["seconds"], 2), "tokens_per_s": round((meter["inputs"] or meter["count"]) / s, 1)}
+                  "train_time": round(meter["seconds"], 2),
+                  "tokens_per_s": round((meter["inputs"] or meter["count"]) / s, 1)}
         if unit != "tok":
             record[f"{unit}_per_s"] = round(meter["count"] / s, 1)
         if self.task.counts_inputs:
@@ -224,7 +225,8 @@ def plot_history(history: dict, path, log=print) -> None:
     try:
         fig = new_figure(figsize=(10, 3.5))
     except NumpyTransformerError:
-        return log("matplotlib is not installed: no curves.png (pip install matplotlib)")
+        log("matplotlib is not installed: no curves.png (pip install matplotlib)")
+        return
     steps, epochs = history["steps"], history["epochs"]
     ax1, ax2 = fig.subplots(1, 2)
     ax1.plot([s["step"] for s in steps], [s["loss"] for s in steps], lw=0.8, label="train (per update, label-smoothed)")
