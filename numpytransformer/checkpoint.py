@@ -8,7 +8,8 @@ A checkpoint is a directory::
 
 Each file is written to a temporary name, flushed and renamed, ``checkpoint.json`` (which names
 the ``.npz`` files with their SHA-256) last: a save killed at any moment leaves the previous
-checkpoint whole, and its temporary files go at the next save or load. Loading checks the
+checkpoint whole, and its temporary files go at the next save (not at a load: a reader must not
+delete the file a running training is writing). Loading checks the
 document against :data:`FIELDS` and the arrays against the model before anything is copied;
 every problem is one :class:`CheckpointError` naming the file and the field. Arrays are read
 with ``allow_pickle=False``: no pickle anywhere.
@@ -153,7 +154,6 @@ def read_checkpoint_meta(path, for_resume: bool = False) -> dict:
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise CheckpointError(f"{js} is damaged: {e}") from None
     _check_fields(doc, js, for_resume)
-    _remove_leftovers(js.parent)
     return doc
 
 
