@@ -47,14 +47,17 @@ def _read_task(ck: Path, data_dir: Optional[str] = None, for_resume: bool = Fals
         raise CheckpointError(f"{ck / 'checkpoint.json'}: field task: {e}") from None
 
 
-def load_for_inference(path: str, data_dir: Optional[str] = None, need: Optional[str] = None):
+def load_for_inference(path: str, data_dir: Optional[str] = None, need: Optional[str] = None, beam: int = 1):
     """``(task, model, checkpoint path)``, the model in eval mode; ``need`` names the task the
-    command requires (``translate`` needs a translation checkpoint)."""
+    command requires (``translate`` needs a translation checkpoint), and a ``beam`` above 1
+    needs a task that searches its output."""
     ck = resolve_checkpoint(path)
     _, task = _read_task(ck, data_dir)
     if need is not None and task.name != need:
         raise NumpyTransformerError(f"this command needs a {need} checkpoint; {path} holds a {task.name} model "
                                     f"(use {task.predict_command})")
+    if beam > 1 and not task.searches:
+        raise NumpyTransformerError(f"--beam {beam}: the {task.name} model does not search its output; leave --beam out")
     model = task.build_model()
     load_checkpoint(ck, model)
     model.eval()
@@ -133,22 +136,15 @@ def cmd_train(args) -> None:
 
 
 # ---- using a checkpoint ---------------------------------------------------------------------
-def _check_beam(task, beam: int) -> None:
-    if beam > 1 and not task.searches:
-        raise NumpyTransformerError(f"--beam {beam}: the {task.name} model does not search its output; leave --beam out")
-
-
 def cmd_eval(args) -> None:
-    task, model, ck = load_for_inference(args.checkpoint, args.data_dir)
-    _check_beam(task, args.beam)
+    task, model, ck = load_for_inference(args.checkpoint, args.data_dir, beam=args.beam)
     n = task.default_eval_n if args.n is None else args.n
     print(f"{ck}: {_fmt(task.evaluate(model, n=n, seed=args.seed, beam=args.beam))}")
 
 
 def cmd_predict(args) -> None:
     """``predict``, ``translate`` and ``classify``: one given text, or each line of stdin."""
-    task, model, _ = load_for_inference(args.checkpoint, need=args.need)
-    _check_beam(task, args.beam)
+    task, model, _ = load_for_inference(args.checkpoint, need=args.need, beam=args.beam)
     if args.text is not None and not args.text.strip():
         raise NumpyTransformerError("the input is empty: give some text, or none to read lines from stdin")
     lines = [args.text] if args.text is not None else [line.rstrip("\n") for line in sys.stdin]
@@ -189,7 +185,7 @@ def cmd_average(args) -> None:
     paths = sorted(paths)[-args.last:]
     if not paths:
         raise CheckpointError(f"no checkpoints in {', '.join(args.checkpoints)}")
-    task, model, _ = load_for_inference(str(paths[0]), args.data_dir)
+    _, model, _ = load_for_inference(str(paths[0]), args.data_dir)
     doc = average_checkpoints(paths, model)
     if any(read_checkpoint_meta(p)["task"] != doc["task"] for p in paths):
         raise CheckpointError("the checkpoints belong to different tasks or data; average checkpoints of one run")

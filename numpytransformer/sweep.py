@@ -115,11 +115,10 @@ def factor_effects(records: List[dict]) -> Dict[str, dict]:
     base = next((r["factors"] for r in records if r["name"] == "base"), None)
     effects = {}
     for name in FACTORS:
-        rows = [r for r in records
-                if base is None or all(r["factors"][o] == base[o] for o in FACTORS if o != name)]
         by_value = {}
-        for r in rows:
-            by_value.setdefault(r["factors"][name], []).append(r["token_accuracy"])
+        for r in records:
+            if base is None or all(r["factors"][o] == base[o] for o in FACTORS if o != name):
+                by_value.setdefault(r["factors"][name], []).append(r["token_accuracy"])
         if len(by_value) < 2:
             continue
         acc = {v: sum(a) / len(a) for v, a in sorted(by_value.items())}
