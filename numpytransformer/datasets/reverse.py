@@ -30,6 +30,7 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
+from ..errors import NumpyTransformerError
 from .batching import pad_batch
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
@@ -307,9 +308,11 @@ def training_splits(task: ReverseTask, n_train: int, n_val: int, n_test: int, se
     return train, val, test
 
 
-def fresh_sequences(task: ReverseTask, n: int, seed: int, seen: set, short: Sequence[int]) -> List[np.ndarray]:
-    """``n`` sequences of uniformly drawn lengths, whose bytes are not in ``seen`` (the
-    lengths in ``short``, trained on completely, are drawn from all sequences)."""
+def fresh_sequences(task: ReverseTask, n: int, seed: int, seen: Sequence[np.ndarray],
+                    short: Sequence[int]) -> List[np.ndarray]:
+    """``n`` sequences of uniformly drawn lengths that are not in ``seen`` (the lengths in
+    ``short``, trained on completely, are drawn from all sequences)."""
+    seen = {x.tobytes() for x in seen}
     rng, out = np.random.default_rng(seed), []
     for L in rng.integers(task.min_len, task.max_len + 1, size=n):
         for _ in range(1000):
@@ -318,5 +321,5 @@ def fresh_sequences(task: ReverseTask, n: int, seed: int, seen: set, short: Sequ
                 out.append(x)
                 break
         else:
-            raise ValueError(f"no unseen sequence of length {L} is left: the training set holds them all")
+            raise NumpyTransformerError(f"no unseen sequence of length {L} is left: the training set holds them all")
     return out

@@ -11,6 +11,7 @@ Lengths 1 and 2 are trained on completely (see
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Dict, List, Sequence
 
 import numpy as np
@@ -72,16 +73,13 @@ class ReversalTask(Task):
     def __init__(self, data, model, data_dir=None, state=None):
         super().__init__(data, model, data_dir, state)
         self.spec = ReverseTask(data.n_symbols, data.min_len, data.max_len)
-        self._splits = None
 
     # ---- data -----------------------------------------------------------------------
-    @property
+    @cached_property
     def splits(self):
         """(train, val, test) lists of content-id arrays (see :func:`training_splits`)."""
-        if self._splits is None:
-            d = self.data
-            self._splits = training_splits(self.spec, d.n_train, d.n_val, d.n_test, self.model.seed)
-        return self._splits
+        d = self.data
+        return training_splits(self.spec, d.n_train, d.n_val, d.n_test, self.model.seed)
 
     def short_lengths(self) -> List[int]:
         """The lengths trained on completely (and so not held out)."""
@@ -150,22 +148,13 @@ class ReversalTask(Task):
     def test_report(self, model) -> Dict[str, float]:
         return self.evaluate(model, n=1000, seed=1)
 
-    def fresh(self, n: int, seed: int) -> List[np.ndarray]:
-        """``n`` sequences in neither the training nor the validation split (but short lengths)."""
-        seen = {x.tobytes() for x in self.splits[0] + self.splits[1]}
-        try:
-            return fresh_sequences(self.spec, n, seed, seen, self.short_lengths())
-        except ValueError as e:
-            raise NumpyTransformerError(str(e)) from None
-
     def evaluate(self, model, n: int, seed: int, beam: int = 1) -> Dict[str, float]:
-        """Metrics on ``n`` fresh sequences, overall and at each length."""
-        n = n or self.default_eval_n  # 0 ("all") has no meaning for a generator: the default
-        if not 1 <= n <= 10 ** 6:
-            raise NumpyTransformerError(f"--n must be from 1 to 1000000, got {n}")
-        short = self.short_lengths()
+        """Metrics on ``n`` fresh sequences (in neither the training nor the validation split, but for
+        the short lengths), overall and at each length; 0 ("all" has no meaning for a generator): 1000."""
+        n, short = self.eval_count(n), self.short_lengths()
+        seqs = fresh_sequences(self.spec, n, seed, self.splits[0] + self.splits[1], short)
         note = {"trained_on_lengths": f"{short[0]}-{short[-1]}"} if short else {}
-        return {"n": n, **note, **self.metrics(model, self.fresh(n, seed), beam, by_length=True)}
+        return {"n": n, **note, **self.metrics(model, seqs, beam, by_length=True)}
 
     # ---- the user's side --------------------------------------------------------------------
     def parse(self, text: str) -> np.ndarray:
