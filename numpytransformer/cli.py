@@ -57,7 +57,8 @@ def load_for_inference(path: str, data_dir: Optional[str] = None, need: Optional
         raise NumpyTransformerError(f"this command needs a {need} checkpoint; {path} holds a {task.name} model "
                                     f"(use {task.predict_command})")
     if beam > 1 and not task.searches:
-        raise NumpyTransformerError(f"--beam {beam}: the {task.name} model does not search its output; leave --beam out")
+        raise NumpyTransformerError(f"--beam {beam}: the {task.name} model does not search its output; "
+                                    "leave --beam out")
     model = task.build_model()
     load_checkpoint(ck, model)
     model.eval()
@@ -214,7 +215,8 @@ POSITIVE = whole_number(1, 10 ** 6)
 # Arguments several commands take.
 CHECKPOINT = dict(required=True, help="a checkpoint directory or a run directory")
 BEAM = dict(type=POSITIVE, default=1, help="beam size; 1 is greedy (default %(default)s)")
-DATA_DIR = dict(default=None, help="folder of the real data sets (default: $NUMPYTRANSFORMER_DATA, else ../shared/data)")
+DATA_DIR = dict(default=None, help="folder of the real data sets (default: $NUMPYTRANSFORMER_DATA, "
+                                   "else ../shared/data)")
 
 
 def _command(sub, name: str, func, help: str, **kw) -> argparse.ArgumentParser:
