@@ -167,3 +167,15 @@ def next_token_windows(ids: np.ndarray, T: int) -> Tuple[np.ndarray, np.ndarray]
     position the id that follows it (a language model's validation batches)."""
     n = (len(ids) - 1) // T
     return ids[:n * T].reshape(n, T), ids[1:n * T + 1].reshape(n, T)
+
+
+def length_batches(seqs: Sequence, max_tokens: int, shuffle: bool = False, seed: Optional[int] = None,
+                   max_batch_size: Optional[int] = None) -> List[np.ndarray]:
+    """:func:`bucket_batches` of sequences, an empty one counting as one token (see :func:`pad_or_unk`)."""
+    lengths = np.array([max(len(x), 1) for x in seqs], dtype=np.int64)
+    return bucket_batches(lengths, max_tokens, shuffle=shuffle, seed=seed, max_batch_size=max_batch_size)
+
+
+def pad_or_unk(seqs: Sequence, pad_id: int = 0, unk_id: int = 3) -> np.ndarray:
+    """:func:`pad_batch`, with an empty sequence written as one ``<unk>``: a model reads at least one token."""
+    return pad_batch([x if len(x) else np.array([unk_id]) for x in seqs], pad_id)

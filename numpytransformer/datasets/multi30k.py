@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 import os
 from pathlib import Path
-from typing import List, Optional, Tuple, Union
+from typing import List, Tuple, Union
 
 from .paths import missing_file_error, resolve_data_dir
 

@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from ..config import TransformerConfig
-from ..datasets.batching import bucket_batches, pad_batch
+from ..datasets.batching import length_batches, pad_or_unk
 from ..datasets.imdb import clean_review, imdb_test, reviews_digest, train_val_texts, truncate_ids
 from ..errors import NumpyTransformerError
 from ..models import TransformerClassifier
@@ -139,21 +139,13 @@ class SentimentTask(Task):
             pooling=self.data.pooling, **self.model.config_fields()))
 
     # ---- training ----------------------------------------------------------------------------
-    def _batches(self, ids, shuffle: bool, seed: int = 0, batch_tokens: Optional[int] = None) -> List[np.ndarray]:
-        lengths = np.array([max(len(x), 1) for x in ids], dtype=np.int64)
-        return bucket_batches(lengths, batch_tokens or self.data.batch_tokens, shuffle=shuffle, seed=seed,
-                              max_batch_size=self.data.max_batch_size)
-
-    @staticmethod
-    def _pad(seqs) -> np.ndarray:
-        return pad_batch([x if len(x) else np.array([UNK]) for x in seqs], PAD)  # an empty review: one <unk>
-
     def train_batches(self, epoch: int) -> list:
-        return self._batches(self.split_ids("train")[0], shuffle=True, seed=self.model.seed * 1000 + epoch)
+        return length_batches(self.split_ids("train")[0], self.data.batch_tokens, shuffle=True,
+                              seed=self.model.seed * 1000 + epoch, max_batch_size=self.data.max_batch_size)
 
     def batch_arrays(self, idx):
         ids, labels = self.split_ids("train")
-        return (self._pad([ids[i] for i in idx]),), labels[idx]
+        return (pad_or_unk([ids[i] for i in idx], PAD, UNK),), labels[idx]
 
     def input_tokens(self, idx) -> int:
         ids = self.split_ids("train")[0]
@@ -164,8 +156,8 @@ class SentimentTask(Task):
         """Class probabilities (N, 2) of encoded reviews, in their order."""
         model.eval()
         probs = np.zeros((len(ids), len(LABELS)))
-        for idx in self._batches(ids, shuffle=False, batch_tokens=16384):
-            probs[idx] = softmax(model.forward(self._pad([ids[i] for i in idx])).astype(np.float64))
+        for idx in length_batches(ids, 16384, max_batch_size=self.data.max_batch_size):
+            probs[idx] = softmax(model.forward(pad_or_unk([ids[i] for i in idx], PAD, UNK)).astype(np.float64))
         return probs
 
     def scores(self, model, ids, labels) -> Dict[str, float]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..bleu import bleu_tokens, corpus_bleu
 from ..config import TransformerConfig
-from ..datasets.batching import bucket_batches, pad_batch
+from ..datasets.batching import bucket_batches, length_batches, pad_batch, pad_or_unk
 from ..datasets.multi30k import load_multi30k
 from ..datasets.numbers import make_number_pairs
 from ..decoding import beam_search, greedy_decode
@@ -159,9 +159,8 @@ class TranslationTask(Task):
         """Decoded target ids for source id arrays, batched by length, in the input's order."""
         model.eval()
         out: List[Optional[List[int]]] = [None] * len(src)
-        lengths = np.array([max(len(x), 1) for x in src])
-        for idx in bucket_batches(lengths, 6000, shuffle=False, max_batch_size=256):
-            batch = pad_batch([src[i] if len(src[i]) else np.array([UNK]) for i in idx], PAD)
+        for idx in length_batches(src, 6000, max_batch_size=256):
+            batch = pad_or_unk([src[i] for i in idx], PAD, UNK)
             n = min(int(batch.shape[1] * 1.5) + 10, self.data.max_len)
             hyps = (beam_search(model, batch, n, beam, length_penalty, BOS, EOS) if beam > 1
                     else greedy_decode(model, batch, n, BOS, EOS))
