@@ -57,6 +57,15 @@ def pad_batch(seqs: Sequence, pad_id: int = 0, max_len: Optional[int] = None) ->
     return out
 
 
+def teacher_forcing(targets: Sequence, bos_id: int = 1, eos_id: int = 2,
+                    pad_id: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+    """``(tgt_in, tgt_out)``, shape (B, T+1) each: ``[BOS] + target``, what a decoder reads, and
+    ``target + [EOS]``, what it must predict (``tgt_in`` shifted left by one), both padded."""
+    tgt_in = pad_batch([np.concatenate([[bos_id], t]) for t in targets], pad_id)
+    tgt_out = pad_batch([np.concatenate([t, [eos_id]]) for t in targets], pad_id)
+    return tgt_in, tgt_out
+
+
 def _as_lengths(lengths: Union[Sequence[int], np.ndarray, Tuple[np.ndarray, ...]]) -> np.ndarray:
     """The per-example length that the token budget counts (max over src and tgt)."""
     if isinstance(lengths, tuple):

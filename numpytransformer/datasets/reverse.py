@@ -31,7 +31,7 @@ from typing import List, Sequence, Tuple
 import numpy as np
 
 from ..errors import NumpyTransformerError
-from .batching import pad_batch
+from .batching import pad_batch, teacher_forcing
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 #: Number of special ids before the first content id.
@@ -250,10 +250,7 @@ def seq2seq_batch(
         ``reversed + [EOS]``: what it must predict, i.e. ``tgt_in`` shifted left by one.
     """
     src = pad_batch(seqs, pad_id=pad_id)  # (B, S)
-    rev = [np.asarray(s)[::-1] for s in seqs]
-    tgt_in = pad_batch([np.concatenate([[bos_id], r]).astype(np.int64) for r in rev], pad_id=pad_id)
-    tgt_out = pad_batch([np.concatenate([r, [eos_id]]).astype(np.int64) for r in rev], pad_id=pad_id)
-    return src, tgt_in, tgt_out
+    return (src, *teacher_forcing([np.asarray(s)[::-1] for s in seqs], bos_id, eos_id, pad_id))
 
 
 def tagger_batch(seqs: Sequence, max_len: int, pad_id: int = PAD_ID) -> Tuple[np.ndarray, np.ndarray]:

@@ -17,7 +17,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 from ..config import TransformerConfig
-from ..datasets.batching import pad_batch
+from ..datasets.batching import pad_batch, teacher_forcing
 from ..datasets.reverse import ReverseTask, fresh_sequences, short_lengths, training_splits
 from ..decoding import beam_search, greedy_decode
 from ..errors import NumpyTransformerError
@@ -103,8 +103,7 @@ class ReversalTask(Task):
         if self.data.formulation == "tagger":
             n = self.data.max_len
             return (pad_batch(seqs, PAD, max_len=n),), pad_batch(targets, PAD, max_len=n)
-        tgt_in = pad_batch([np.concatenate([[BOS], t]) for t in targets], PAD)
-        tgt_out = pad_batch([np.concatenate([t, [EOS]]) for t in targets], PAD)
+        tgt_in, tgt_out = teacher_forcing(targets, BOS, EOS, PAD)
         return (pad_batch(seqs, PAD), tgt_in), tgt_out
 
     def build_model(self):
@@ -186,7 +185,7 @@ class ReversalTask(Task):
                     seqs[i] = self.parse(line)
             except NumpyTransformerError as e:
                 raise NumpyTransformerError(f"line {i + 1}: {e}" if len(lines) > 1 else str(e)) from None
-        outs = dict(zip(seqs, self.predict_ids(model, list(seqs.values()), beam))) if seqs else {}
+        outs = dict(zip(seqs, self.predict_ids(model, list(seqs.values()), beam)))
         return [self.format(outs[i]) if i in outs else "" for i in range(len(lines))]
 
     def attention(self, model, text: str):

@@ -188,7 +188,7 @@ class SentimentTask(Task):
         ids = [self.encode(line) for line in lines]
         keep = [i for i, x in enumerate(ids) if len(x) > (self.data.pooling == "first")]
         outs = [""] * len(lines)
-        for i, p in zip(keep, self.probabilities(model, [ids[i] for i in keep]) if keep else []):
+        for i, p in zip(keep, self.probabilities(model, [ids[i] for i in keep])):
             outs[i] = f"{LABELS[int(p.argmax())]} {p.max():.2f}"
         return outs
 

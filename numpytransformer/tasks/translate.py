@@ -20,7 +20,7 @@ import numpy as np
 
 from ..bleu import bleu_tokens, corpus_bleu
 from ..config import TransformerConfig
-from ..datasets.batching import bucket_batches, length_batches, pad_batch, pad_or_unk
+from ..datasets.batching import bucket_batches, length_batches, pad_batch, pad_or_unk, teacher_forcing
 from ..datasets.multi30k import load_multi30k
 from ..datasets.numbers import make_number_pairs
 from ..decoding import beam_search, greedy_decode
@@ -150,8 +150,7 @@ class TranslationTask(Task):
         """``((src, tgt_in), tgt_out)``: BOS before the decoder's input, EOS after its output."""
         split, idx = batch
         src, tgt = self.split_ids(split)
-        tgt_in = pad_batch([np.concatenate([[BOS], tgt[i]]) for i in idx], PAD)
-        tgt_out = pad_batch([np.concatenate([tgt[i], [EOS]]) for i in idx], PAD)
+        tgt_in, tgt_out = teacher_forcing([tgt[i] for i in idx], BOS, EOS, PAD)
         return (pad_batch([src[i] for i in idx], PAD), tgt_in), tgt_out
 
     # ---- decoding and BLEU ------------------------------------------------------------------
