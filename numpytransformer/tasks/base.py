@@ -11,6 +11,7 @@ Adding a task is one file with a subclass and one line in :data:`TASKS`.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from abc import ABC, abstractmethod
 from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 
@@ -176,8 +177,6 @@ def task_class(name: str):
     """The Task subclass registered as ``name``."""
     if name not in TASKS:
         raise NumpyTransformerError(f"unknown task {name!r}: expected one of {', '.join(TASKS)}")
-    import importlib
-
     module, cls = TASKS[name].split(":")
     return getattr(importlib.import_module(module), cls)
 
