@@ -25,9 +25,9 @@ __all__ = ["main", "build_parser", "load_for_inference"]
 
 
 def resolve_checkpoint(path: str) -> Path:
-    """A checkpoint directory, or a run directory (then its ``best/``, else ``last/``)."""
+    """A checkpoint directory, or a run directory (then its ``average/``, else ``best/``, else ``last/``)."""
     p = Path(path)
-    for ck in (p, p / "best", p / "last"):
+    for ck in (p, p / "average", p / "best", p / "last"):
         if (ck / "checkpoint.json").is_file():
             return ck
     if not p.exists():
@@ -126,8 +126,7 @@ def cmd_train(args) -> None:
     start, first = time.perf_counter(), trainer.optimizer.t
     trainer.fit()
     print(f"trained {trainer.optimizer.t - first} updates in {time.perf_counter() - start:.1f} s", flush=True)
-    out = Path(args.out)
-    ck = out / "best" if (out / "best" / "checkpoint.json").is_file() else out / "last"
+    ck = resolve_checkpoint(args.out)
     load_checkpoint(ck, model)
     model.eval()
     print(f"final (test, {ck.name} checkpoint): {_fmt(task.test_report(model))}")
@@ -243,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
         add_flags(p, ModelSettings, model, "model")
         add_flags(p, TrainConfig, train_cfg, "training")
         p.add_argument("--data-dir", **DATA_DIR)
-        p.add_argument("--out", default=f"runs/{name}", help="run directory: best/, last/, history.json, curves.png")
+        p.add_argument("--out", default=f"runs/{name}", help="run directory: best/, last/, history.json, curves.png (and "
+                       "epochs/, average/ with --keep-epochs)")
         p.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
 
     ev = _command(sub, "eval", cmd_eval, "metrics of a checkpoint on held-out data", aliases=["evaluate"])

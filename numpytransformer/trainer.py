@@ -7,7 +7,8 @@ throughput, checkpoints, the history) sits around those lines, not inside them.
 
 A run directory holds ``last/`` (the end of the latest epoch, with the optimiser, for
 ``--resume``), ``best/`` (the best validation score), ``history.json`` and ``curves.png``; with
-``keep_epochs`` N, also ``epochs/NNN/`` for the last N epochs (see :func:`average_checkpoints`).
+``keep_epochs`` N, also ``epochs/NNN/`` for the last N epochs, and ``average/``, their mean,
+when it validates at least as well as ``best/`` (see :meth:`Trainer.average_kept`).
 Resuming restarts at the epoch after ``last/`` with the weights, the optimiser and the
 dropout generator as they were, so the losses equal an uninterrupted run's.
 """
@@ -24,7 +25,7 @@ from typing import Optional
 
 import numpy as np
 
-from .checkpoint import atomic_write, load_checkpoint, read_checkpoint_meta, save_checkpoint
+from .checkpoint import atomic_write, average_checkpoints, load_checkpoint, read_checkpoint_meta, save_checkpoint
 from .errors import NumpyTransformerError
 from .optim import Adam, NoamSchedule, clip_grad_norm
 from .settings import check_fields, option
@@ -148,11 +149,32 @@ class Trainer:
             self.log(f"interrupted: {self.out_dir / 'last'} holds epoch {self.saved_epoch}; continue with --resume"
                      if self.saved_epoch else "interrupted before the first epoch was saved: start again")
             raise
+        self.average_kept()
         plot_history(self.history, self.out_dir / "curves.png", log=self.log)
         if run["updates"]:
             self.log(f"throughput: {run['updates']:,} updates in {run['seconds']:.1f} s of training (validation "
                      f"excluded): {self._rates(run)}")
         return metrics
+
+    def average_kept(self) -> None:
+        """With ``keep_epochs`` > 1, average the kept epochs' weights; save them as ``average/``
+        only if they validate at least as well as ``best/``, which they then replace for use."""
+        kept = sorted((self.out_dir / "epochs").glob("*/checkpoint.json")) if self.cfg.keep_epochs > 1 else []
+        shutil.rmtree(self.out_dir / "average", ignore_errors=True)  # from before a resume: stale
+        if len(kept) < 2:
+            return
+        final = {k: p.copy() for k, p in self.model.parameters().items()}
+        average_checkpoints([js.parent for js in kept], self.model)
+        self.model.eval()
+        name = self.task.selection_metric
+        score = self.task.validate(self.model)[name]
+        better = self.best_score is None or score >= self.best_score
+        self.log(f"average of the last {len(kept)} epochs: validation {name} {score:.4f}, best epoch's "
+                 f"{self.best_score:.4f}: " + ("saved as average/, used from now on" if better else "not kept"))
+        if better:
+            self.save("average")
+        for k, p in self.model.parameters().items():
+            p[...] = final[k]
 
     def _rates(self, meter: Counter) -> str:
         """Targets (and input tokens, where the task counts them) per second of training."""

@@ -352,3 +352,27 @@ def test_average_of_the_kept_epochs_is_their_mean(tmp_path, capsys):
     # A second average into the same directory is refused: nothing saved is overwritten.
     code, shown, err = _run(["average", str(out / "epochs"), "--out", str(tmp_path / "avg")], capsys)
     assert code == 2 and "already exists" in err
+
+
+def test_training_keeps_the_average_only_when_it_validates_better(tmp_path, capsys, monkeypatch):
+    """train --keep-epochs: average/ is saved when the mean of the kept epochs validates at
+    least as well as best/, and is then what a run directory resolves to; else it is not kept."""
+    from numpytransformer.cli import resolve_checkpoint
+
+    real = ReversalTask.validate
+    for verdict, score in (("saved as average/", 2.0), ("not kept", -1.0)):
+        calls = []
+
+        def validate(self, model):
+            calls.append(1)
+            metrics = real(self, model)
+            # the epochs score 0.5; the average (the validation after the last epoch's) scores `score`
+            return {**metrics, "exact_match": 0.5 if len(calls) <= 3 else score}
+
+        monkeypatch.setattr(ReversalTask, "validate", validate)
+        out = tmp_path / verdict.split()[0]
+        code, shown, err = _run(TINY + ["--epochs", "3", "--keep-epochs", "3", "--out", str(out)], capsys)
+        assert code == 0 and err == "" and verdict in shown, shown
+        assert (out / "average").is_dir() == (score > 0.5)
+        assert resolve_checkpoint(str(out)) == out / ("average" if score > 0.5 else "best")
+        assert f"final (test, {'average' if score > 0.5 else 'best'} checkpoint)" in shown
