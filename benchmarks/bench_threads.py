@@ -1,6 +1,6 @@
 """How many BLAS threads should the sentiment classifier train with?
 
-Times one training update of the sentiment recipe's model (``SentimentSettings()``: one
+Times one training update of the sentiment recipe's model (``SentimentTask.recipe``: one
 encoder layer, d_model 64, 4 heads, d_ff 128, a 10,000-word vocabulary, dropout 0.3) on
 batches of the shapes its length buckets produce (8,192 tokens: 16 x 512, 32 x 256,
 64 x 128), once with each thread count. Each thread count runs in its own subprocess, one
@@ -33,19 +33,19 @@ def worker(steps: int, warmup: int) -> dict:
     from numpytransformer.losses import cross_entropy
     from numpytransformer.models import TransformerClassifier
     from numpytransformer.optim import Adam, clip_grad_norm
-    from numpytransformer.tasks.sentiment import SentimentSettings
+    from numpytransformer.tasks.sentiment import SentimentData, SentimentTask
 
-    s = SentimentSettings()
+    data = SentimentData()
+    settings = SentimentTask.recipe(data)[0]
     model = TransformerClassifier(TransformerConfig(
-        src_vocab_size=s.vocab_size, d_model=s.d_model, n_heads=s.n_heads, n_layers=s.n_layers, d_ff=s.d_ff,
-        max_len=s.max_tokens + 1, dropout=s.dropout, pad_id=0, dtype=s.dtype, seed=0, norm_first=s.norm_first,
-        n_classes=2, pooling=s.pooling))
+        src_vocab_size=data.vocab_size, max_len=data.max_tokens + 1, pad_id=0, n_classes=2, pooling=data.pooling,
+        **settings.config_fields()))
     model.train()
     opt = Adam(model.parameters(), lr=1e-4)
     rng = np.random.default_rng(0)
     out = {}
     for B, T in SHAPES:
-        x = rng.integers(4, s.vocab_size, size=(B, T))
+        x = rng.integers(4, data.vocab_size, size=(B, T))
         y = rng.integers(0, 2, size=B)
         times = []
         for i in range(warmup + steps):
