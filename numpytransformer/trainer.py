@@ -168,7 +168,7 @@ class Trainer:
         self.model.eval()
         name = self.task.selection_metric
         score = self.task.validate(self.model)[name]
-        better = self.best_score is None or score >= self.best_score
+        better = score >= self.best_score  # kept epochs exist, so best/ does
         self.log(f"average of the last {len(kept)} epochs: validation {name} {score:.4f}, best epoch's "
                  f"{self.best_score:.4f}: " + ("saved as average/, used from now on" if better else "not kept"))
         if better:

@@ -352,6 +352,13 @@ def test_average_of_the_kept_epochs_is_their_mean(tmp_path, capsys):
     # A second average into the same directory is refused: nothing saved is overwritten.
     code, shown, err = _run(["average", str(out / "epochs"), "--out", str(tmp_path / "avg")], capsys)
     assert code == 2 and "already exists" in err
+    # Checkpoints of another run (the same model, other data) are refused, before anything is written.
+    other = tmp_path / "other"
+    assert main(TINY[:TINY.index("--n-train") + 1] + ["299"] + TINY[TINY.index("--n-train") + 2:]
+                + ["--out", str(other)]) == 0
+    code, shown, err = _run(["average", str(out / "last"), str(other / "last"), "--out", str(tmp_path / "mix")],
+                            capsys)
+    assert code == 2 and "average checkpoints of one run" in err and not (tmp_path / "mix").exists()
 
 
 def test_training_keeps_the_average_only_when_it_validates_better(tmp_path, capsys, monkeypatch):

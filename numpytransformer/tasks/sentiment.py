@@ -87,7 +87,7 @@ class SentimentTask(Task):
                 TrainConfig(epochs=4, lr_factor=0.5, warmup=500, label_smoothing=0.0, log_every=100, max_minutes=16))
 
     def __init__(self, data, model, data_dir=None, state=None):
-        self._texts, self._ids, self.n_val_duplicates = {}, {}, 0
+        self._texts, self._ids, self._summary, self.n_val_duplicates = {}, {}, None, 0
         super().__init__(data, model, data_dir, state)
         self.tok, self.vocab = Tokenizer.from_dict(self.state["tokenizer"]), Vocab.from_dict(self.state["vocab"])
 
@@ -114,8 +114,13 @@ class SentimentTask(Task):
         return {"tokenizer": tok.to_dict(), "vocab": vocab.to_dict()}
 
     def data_summary(self) -> dict:
-        train, val = self.texts("train"), self.texts("val")
-        return {"train_reviews": len(train[0]), "val_reviews": len(val[0]), "sha256": reviews_digest(train, val)}
+        """Review counts and a digest of the training and validation reviews, hashed once (every save
+        records it)."""
+        if self._summary is None:
+            train, val = self.texts("train"), self.texts("val")
+            self._summary = {"train_reviews": len(train[0]), "val_reviews": len(val[0]),
+                             "sha256": reviews_digest(train, val)}
+        return self._summary
 
     def tokens(self, text: str) -> List[str]:
         """The kept tokens of one raw review: cleaned, tokenized and truncated."""
