@@ -100,7 +100,7 @@ def attention_backward(dout: np.ndarray, cache: AttentionCache):
     dv = P.swapaxes(-1, -2) @ dout  # (..., S, d_v)
     dP = dout @ v.swapaxes(-1, -2)  # (..., T, S)
     dS = dP
-    dS -= np.sum(dP * P, axis=-1, keepdims=True)
+    dS -= np.einsum("...ts,...ts->...t", dP, P)[..., None]  # rowsum(dP * P), without the product's array
     dS *= P
     dS *= q.dtype.type(scale)
     dq = dS @ k

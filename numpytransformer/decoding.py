@@ -180,8 +180,8 @@ def _beam(model, memory, src_mask, max_len, K, length_penalty, bos_id, eos_id):
         finished = was_finished | (tok == eos_id)
         flat = (np.arange(B)[:, None] * K + beam).reshape(-1)  # the parent of each new beam
         for cache in caches:
-            for part in cache["self"]:
-                cache["self"][part] = cache["self"][part][flat]
+            for kv in cache["self"].values():
+                kv[...] = kv[flat]  # in place: the cache keeps its room to grow (multihead._append_positions)
         if finished.all():
             break
     final = scores / ((5.0 + lengths) / 6.0) ** length_penalty

@@ -7,6 +7,7 @@ import numpy as np
 
 from .buffers import empty_reusable
 from .errors import NumpyTransformerError
+from .softmax import sum_keepdims
 from .validation import as_array, check_int, check_real
 
 __all__ = ["softmax_cross_entropy_forward", "softmax_cross_entropy_backward", "cross_entropy"]
@@ -72,13 +73,13 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, pad_i
     m = z.max(axis=1, keepdims=True)
     probs = np.subtract(z, m, out=empty_reusable(z.shape, z.dtype))  # (N, V); exp(z - m) <= 1 cannot overflow
     np.exp(probs, out=probs)
-    total = probs.sum(axis=1, keepdims=True)  # >= 1
+    total = sum_keepdims(probs)  # >= 1
     probs /= total
     lse = (m + np.log(total))[:, 0]  # (N,)
     nll = lse - z[np.arange(len(t)), t]  # -log p_y
     eps = label_smoothing
     if eps:
-        rows = (1.0 - eps) * nll + eps * (lse - z.mean(axis=1))  # -mean_v log p_v is the smoothing term
+        rows = (1.0 - eps) * nll + eps * (lse - sum_keepdims(z)[:, 0] / V)  # -mean_v log p_v: the smoothing term
     else:
         rows = nll  # not 0 * (-mean log p): a -inf logit makes that mean -inf, and 0 * inf is NaN
     loss = float(np.sum(rows[valid], dtype=np.float64) / n_valid) if n_valid else 0.0

@@ -214,7 +214,7 @@ def _append_positions(cached: np.ndarray, new: np.ndarray) -> np.ndarray:
             and sys.getrefcount(cached) <= 3 and sys.getrefcount(buf) <= 3):
         buf[:, :, T:T + n] = new
         return buf[:, :, :T + n]
-    buf = np.empty((B, H, max(16, 2 * (T + n)), dk), dtype=np.result_type(cached, new))
+    buf = np.empty((B, H, max(128, 2 * (T + n)), dk), dtype=np.result_type(cached, new))
     buf[:, :, :T] = cached
     buf[:, :, T:T + n] = new
     return buf[:, :, :T + n]

@@ -21,8 +21,7 @@ def relu_forward(x: np.ndarray):
     Assumes a finite float ``x`` (:class:`ReLU` checks): a NaN is not ``> 0`` but passes
     through anyway, since ``NaN * 0`` is NaN.
     """
-    positive = x > 0
-    return x * positive, ReLUCache(positive)
+    return np.maximum(x, 0), ReLUCache(x > 0)  # not x * (x > 0): a float-by-bool product is twice as slow
 
 
 def relu_backward(dout: np.ndarray, cache: ReLUCache) -> np.ndarray:
