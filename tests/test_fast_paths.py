@@ -10,7 +10,7 @@ import pytest
 from numpytransformer.layernorm import layernorm_backward, layernorm_forward
 from numpytransformer.losses import softmax_cross_entropy_backward, softmax_cross_entropy_forward
 from numpytransformer.optim import Adam
-from numpytransformer.softmax import log_softmax
+from numpytransformer.softmax import log_softmax, softmax, sum_keepdims
 
 
 def textbook_layernorm(x, gamma, beta, eps=1e-5):
@@ -189,7 +189,7 @@ def test_kv_cache_append_equals_concatenate_and_never_writes_into_a_shared_cache
     rng = np.random.default_rng(7)
     cache = {"k": rng.standard_normal((2, 3, 1, 4))}
     ref = cache["k"].copy()
-    for _ in range(20):
+    for _ in range(300):  # past the first buffer's room (128 positions), so the cache grows twice
         new = rng.standard_normal((2, 3, 1, 4))
         cache["k"] = _append_positions(cache["k"], new)
         ref = np.concatenate([ref, new], axis=2)
@@ -205,3 +205,19 @@ def test_kv_cache_append_equals_concatenate_and_never_writes_into_a_shared_cache
     snapshot = held.copy()
     a["k"] = _append_positions(a["k"], np.full((2, 3, 1, 4), 5.0))
     np.testing.assert_array_equal(held, snapshot)
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 20), (2, 4, 5, 20), (6, 8000), (2, 3, 0)])
+def test_einsum_sums_equal_numpy_sums(shape):
+    """sum_keepdims (an einsum over the last axis) gives x.sum(axis, keepdims=True), on every axis;
+    softmax and log_softmax built on it equal the plain expressions."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(shape) * 4
+    for axis in range(-1, -len(shape) - 1, -1):
+        got = sum_keepdims(x, axis)
+        assert got.shape == x.sum(axis=axis, keepdims=True).shape
+        np.testing.assert_allclose(got, x.sum(axis=axis, keepdims=True), rtol=1e-12, atol=1e-12)
+    if shape[-1]:
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        np.testing.assert_allclose(softmax(x), e / e.sum(axis=-1, keepdims=True), rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(log_softmax(x), np.log(e / e.sum(axis=-1, keepdims=True)), rtol=1e-12, atol=1e-12)
