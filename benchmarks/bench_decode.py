@@ -20,18 +20,24 @@ the CPU time is the steadier figure.
 
 With ``--checkpoint DIR`` the trained model and its vocabularies are used. Without one, a
 randomly initialised model of the translation size (d_model 256, 3+3 layers, 8 heads,
-d_ff 1024) with the Multi30K de->en word vocabularies stands in: its outputs are garbage but
+d_ff 1024) with the vocabularies of the translation task's default Multi30K de->en recipe
+(cased BPE) stands in: its outputs are garbage but
 the timing is real, and since it rarely emits EOS nearly every sentence runs to the maximum
 length ``int(1.5 * S) + 10`` (S the batch's padded source length), the worst case.
 
 ``--uncached`` also times numpy's greedy decoding without the KV cache (the whole prefix
 re-run every step) and checks that its outputs equal the cached ones.
 
+``--profile`` instead runs one greedy pass of each side under cProfile (process CPU time) and
+times one decoding step's projections alone, NumPy's ``linear_forward`` (and a bare
+``np.matmul``) against ``torch.addmm``: where the two sides' time goes.
+
 Usage::
 
     python benchmarks/bench_decode.py --threads 1 --json benchmarks/results/bench_decode.json
     python benchmarks/bench_decode.py --checkpoint runs/de-en --n 1000
     python benchmarks/bench_decode.py --n 50 --repeats 1 --uncached      # a quick check
+    python benchmarks/bench_decode.py --n 1000 --profile                 # where the time goes
 """
 from __future__ import annotations
 
@@ -285,8 +291,54 @@ def build_parser() -> argparse.ArgumentParser:
                    help="threads of both sides (OPENBLAS_NUM_THREADS, torch.set_num_threads; default %(default)s)")
     p.add_argument("--no-torch", action="store_true", help="numpy only")
     p.add_argument("--uncached", action="store_true", help="also time numpy's greedy decoding without the KV cache")
+    p.add_argument("--profile", action="store_true", help="profile one greedy pass per side instead of timing")
     p.add_argument("--json", metavar="PATH", help="write the results and the machine's facts here")
     return p
+
+
+def profile_sides(sides, batches, n: int, model, top: int = 14) -> None:
+    """cProfile of one greedy pass per side, then one decoding step's projections timed alone."""
+    import cProfile
+    import pstats
+
+    import numpy as np
+
+    from numpytransformer.linear import linear_forward
+
+    for side, fns in sides.items():
+        prof = cProfile.Profile(time.process_time)
+        prof.enable()
+        run_pass(fns["greedy"], batches, n)
+        prof.disable()
+        print(f"== {side}: one greedy pass over {n} sentences, top {top} functions by own CPU time ==")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(top)
+    # A step projects 100 rows through every decoder weight but the cross-attention's keys and
+    # values (computed once per sentence), then through the output layer.
+    P = model.parameters()
+    names = [k for k, v in P.items() if v.ndim == 2 and (k.startswith("decoder.layers") or k.startswith("out."))
+             and not (".cross_attn.W_k" in k or ".cross_attn.W_v" in k)]
+    bias_of = {k: k.rsplit(".", 1)[0] + ".b" + k.rsplit(".", 1)[1][1:] for k in names}  # W_q -> b_q, W1 -> b1
+    pairs = [(P[k], P[bias_of[k]]) for k in names]
+    rows = np.random.default_rng(0).standard_normal((100, max(W.shape[0] for W, _ in pairs))).astype(np.float32)
+    runs = {"numpy linear_forward (matmul, then + b)": lambda: [linear_forward(rows[:, :W.shape[0]], W, b)
+                                                               for W, b in pairs],
+            "numpy np.matmul alone (no bias)": lambda: [rows[:, :W.shape[0]] @ W for W, _ in pairs]}
+    if "torch" in sides:
+        import torch
+
+        tp = [(torch.from_numpy(W), torch.from_numpy(b)) for W, b in pairs]
+        tx = torch.from_numpy(rows)
+        runs["torch.addmm (bias fused)"] = lambda: [torch.addmm(b, tx[:, :W.shape[0]], W) for W, b in tp]
+    print(f"one step's {len(pairs)} projections of 100 rows, median of 7 x 20 repeats, CPU ms:")
+    for _ in range(2):  # interleaved twice
+        for name, f in runs.items():
+            reps = []
+            for _ in range(7):
+                t0 = time.process_time()
+                for _ in range(20):
+                    f()
+                reps.append((time.process_time() - t0) / 20 * 1e3)
+            print(f"  {name:<42} {sorted(reps)[3]:.2f}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -333,6 +385,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         for kind in fns:
             if kind != "beam" or args.beam:
                 run_pass(fns[kind], warm, 8)
+    if args.profile:
+        profile_sides(sides, batches, len(src_ids), model)
+        return 0
     results, outputs = {}, {}
     for kind in ("greedy", "beam") if args.beam else ("greedy",):
         for r in range(args.repeats if kind == "greedy" else args.beam_repeats):
