@@ -30,7 +30,8 @@ re-run every step) and checks that its outputs equal the cached ones.
 
 ``--profile`` instead runs one greedy pass of each side under cProfile (process CPU time) and
 times one decoding step's projections alone, NumPy's ``linear_forward`` (and a bare
-``np.matmul``) against ``torch.addmm``: where the two sides' time goes.
+``np.matmul``) against ``torch.addmm``: where the two sides' time goes. It times nothing else
+(``--repeats``, ``--beam``, ``--uncached`` and ``--json`` are ignored).
 
 Usage::
 
@@ -319,16 +320,17 @@ def profile_sides(sides, batches, n: int, model, top: int = 14) -> None:
              and not (".cross_attn.W_k" in k or ".cross_attn.W_v" in k)]
     bias_of = {k: k.rsplit(".", 1)[0] + ".b" + k.rsplit(".", 1)[1][1:] for k in names}  # W_q -> b_q, W1 -> b1
     pairs = [(P[k], P[bias_of[k]]) for k in names]
-    rows = np.random.default_rng(0).standard_normal((100, max(W.shape[0] for W, _ in pairs))).astype(np.float32)
-    runs = {"numpy linear_forward (matmul, then + b)": lambda: [linear_forward(rows[:, :W.shape[0]], W, b)
+    rng = np.random.default_rng(0)
+    rows = {d: rng.standard_normal((100, d)).astype(np.float32) for d in {W.shape[0] for W, _ in pairs}}
+    runs = {"numpy linear_forward (matmul, then + b)": lambda: [linear_forward(rows[W.shape[0]], W, b)
                                                                for W, b in pairs],
-            "numpy np.matmul alone (no bias)": lambda: [rows[:, :W.shape[0]] @ W for W, _ in pairs]}
+            "numpy np.matmul alone (no bias)": lambda: [rows[W.shape[0]] @ W for W, _ in pairs]}
     if "torch" in sides:
         import torch
 
         tp = [(torch.from_numpy(W), torch.from_numpy(b)) for W, b in pairs]
-        tx = torch.from_numpy(rows)
-        runs["torch.addmm (bias fused)"] = lambda: [torch.addmm(b, tx[:, :W.shape[0]], W) for W, b in tp]
+        tx = {d: torch.from_numpy(x) for d, x in rows.items()}
+        runs["torch.addmm (bias fused)"] = lambda: [torch.addmm(b, tx[W.shape[0]], W) for W, b in tp]
     print(f"one step's {len(pairs)} projections of 100 rows, median of 7 x 20 repeats, CPU ms:")
     for _ in range(2):  # interleaved twice
         for name, f in runs.items():

@@ -179,9 +179,9 @@ def _beam(model, memory, src_mask, max_len, K, length_penalty, bos_id, eos_id):
         lengths = np.take_along_axis(lengths, beam, axis=1) + ~was_finished
         finished = was_finished | (tok == eos_id)
         flat = (np.arange(B)[:, None] * K + beam).reshape(-1)  # the parent of each new beam
-        for cache in caches:
-            for kv in cache["self"].values():
-                kv[...] = kv[flat]  # in place: the cache keeps its room to grow (multihead._append_positions)
+        for cache in caches:  # reorder in place, so the cache keeps its room to grow (multihead._append_positions);
+            for part in cache["self"]:  # no loop name may keep an array: a reference more forces a copy
+                cache["self"][part][...] = cache["self"][part][flat]
         if finished.all():
             break
     final = scores / ((5.0 + lengths) / 6.0) ** length_penalty

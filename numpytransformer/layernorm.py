@@ -74,13 +74,11 @@ def layernorm_backward(dout: np.ndarray, cache: LayerNormCache):
     xhat, rstd, gamma = cache
     D = xhat.shape[-1]
     ### BEGIN SOLUTION 6.1: dx, dgamma and dbeta of LayerNorm
-    d2, x2 = dout.reshape(-1, D), xhat.reshape(-1, D)
-    dbeta = np.einsum("nd->d", d2)  # sum over rows
-    dgamma = np.einsum("nd,nd->d", d2, x2)  # sum over rows of dout * xhat
+    dbeta = dout.reshape(-1, D).sum(axis=0)
+    dgamma = (dout * xhat).reshape(-1, D).sum(axis=0)
     g = dout * gamma
-    inv_d = g.dtype.type(1.0 / D)
-    dx = g - np.einsum("...d->...", g)[..., None] * inv_d  # g minus its row mean
-    dx -= xhat * (np.einsum("...d,...d->...", g, xhat)[..., None] * inv_d)  # minus xhat times mean(g * xhat)
+    dx = g - g.mean(axis=-1, keepdims=True)
+    dx -= xhat * np.mean(g * xhat, axis=-1, keepdims=True)
     dx *= rstd
     ### END SOLUTION
     return dx, dgamma, dbeta

@@ -18,8 +18,8 @@ class ReLUCache(NamedTuple):
 def relu_forward(x: np.ndarray):
     """:math:`\\text{out} = \\max(x, 0)` elementwise. Returns ``(out, cache)``.
 
-    Assumes a finite float ``x`` (:class:`ReLU` checks): a NaN is not ``> 0`` but passes
-    through anyway, since ``NaN * 0`` is NaN.
+    Assumes a finite float ``x`` (:class:`ReLU` checks); ``np.maximum`` would pass a NaN
+    through. Negative inputs (and -0.0) give +0.0.
     """
     return np.maximum(x, 0), ReLUCache(x > 0)  # not x * (x > 0): a float-by-bool product is twice as slow
 

@@ -9,13 +9,14 @@ __all__ = ["softmax", "log_softmax", "sum_keepdims"]
 
 
 def sum_keepdims(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """``x.sum(axis=axis, keepdims=True)``.
+    """``x.sum(axis=axis, keepdims=True)`` of a float array.
 
     Over the last axis it is taken as an einsum: NumPy's reduction pays a call per row, which
     dominates when rows are short (attention weights over 20 keys: 0.25 ms for 10,240 rows,
-    against 0.05 ms as an einsum).
+    against 0.05 ms as an einsum). The einsum adds without NumPy's pairwise summation: in
+    float32 a row of 8,000 probabilities sums to within about 1e-6 of 1, of 100,000 within 3e-5.
     """
-    if axis in (-1, x.ndim - 1):
+    if axis in (-1, x.ndim - 1) and x.dtype.kind == "f":
         return np.einsum("...j->...", x)[..., None]
     return x.sum(axis=axis, keepdims=True)
 

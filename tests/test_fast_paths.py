@@ -207,17 +207,53 @@ def test_kv_cache_append_equals_concatenate_and_never_writes_into_a_shared_cache
     np.testing.assert_array_equal(held, snapshot)
 
 
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 2e-5)])
 @pytest.mark.parametrize("shape", [(7,), (3, 20), (2, 4, 5, 20), (6, 8000), (2, 3, 0)])
-def test_einsum_sums_equal_numpy_sums(shape):
+def test_einsum_sums_equal_numpy_sums(shape, dtype, tol):
     """sum_keepdims (an einsum over the last axis) gives x.sum(axis, keepdims=True), on every axis;
     softmax and log_softmax built on it equal the plain expressions."""
     rng = np.random.default_rng(8)
-    x = rng.standard_normal(shape) * 4
+    x = (rng.standard_normal(shape) * 4).astype(dtype)
     for axis in range(-1, -len(shape) - 1, -1):
-        got = sum_keepdims(x, axis)
-        assert got.shape == x.sum(axis=axis, keepdims=True).shape
-        np.testing.assert_allclose(got, x.sum(axis=axis, keepdims=True), rtol=1e-12, atol=1e-12)
+        got, want = sum_keepdims(x, axis), x.astype(np.float64).sum(axis=axis, keepdims=True)
+        assert got.shape == want.shape and got.dtype == dtype
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(x).sum(axis=axis, keepdims=True).max(initial=1))
     if shape[-1]:
-        e = np.exp(x - x.max(axis=-1, keepdims=True))
-        np.testing.assert_allclose(softmax(x), e / e.sum(axis=-1, keepdims=True), rtol=1e-12, atol=1e-15)
-        np.testing.assert_allclose(log_softmax(x), np.log(e / e.sum(axis=-1, keepdims=True)), rtol=1e-12, atol=1e-12)
+        x64 = x.astype(np.float64)
+        e = np.exp(x64 - x64.max(axis=-1, keepdims=True))
+        np.testing.assert_allclose(softmax(x), e / e.sum(axis=-1, keepdims=True), rtol=tol, atol=tol / 10)
+        np.testing.assert_allclose(log_softmax(x), np.log(e / e.sum(axis=-1, keepdims=True)), rtol=tol, atol=tol)
+
+
+def test_sum_keepdims_of_whole_numbers_is_numpys_sum():
+    """Not a float array: x.sum itself (an einsum would keep int8 and overflow, or sum booleans to True)."""
+    x = np.ones((2, 300), dtype=np.int8)
+    np.testing.assert_array_equal(sum_keepdims(x), x.sum(axis=-1, keepdims=True))
+    np.testing.assert_array_equal(sum_keepdims(x > 0), np.full((2, 1), 300))
+
+
+def test_beam_search_keeps_its_kv_cache_buffers(monkeypatch):
+    """Beam search reorders the cache in place, so each layer's keys and values get one buffer for
+    the whole search (a reordered copy, or a name still holding the cache, would force a new one a step)."""
+    import numpytransformer.multihead as mh
+    from numpytransformer import Transformer, TransformerConfig
+    from numpytransformer.decoding import beam_search
+
+    class CountingNumpy:  # numpy, with its 4-D np.empty calls (the cache buffers) counted
+        buffers = 0
+
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        def empty(self, shape, *args, **kwargs):
+            CountingNumpy.buffers += len(shape) == 4
+            return np.empty(shape, *args, **kwargs)
+
+    cfg = TransformerConfig(src_vocab_size=13, tgt_vocab_size=11, d_model=16, n_heads=4, n_layers=2, d_ff=32,
+                            max_len=40, dropout=0.0, pad_id=0, dtype="float64", seed=0)
+    model = Transformer(cfg)
+    src = np.random.default_rng(9).integers(1, 13, (3, 6))
+    expected = beam_search(model, src, max_len=30, beam_size=4, bos_id=1, eos_id=2)
+    monkeypatch.setattr(mh, "np", CountingNumpy())
+    assert beam_search(model, src, max_len=30, beam_size=4, bos_id=1, eos_id=2) == expected
+    assert CountingNumpy.buffers == 2 * cfg.n_decoder_layers
