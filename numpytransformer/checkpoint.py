@@ -29,7 +29,7 @@ import numpy as np
 from .errors import NumpyTransformerError
 
 __all__ = ["CheckpointError", "FORMAT_VERSION", "FIELDS", "save_checkpoint", "load_checkpoint",
-           "read_checkpoint_meta", "atomic_write", "atomic_write_text", "average_checkpoints"]
+           "read_checkpoint_meta", "atomic_write", "average_checkpoints"]
 
 FORMAT_VERSION = 2
 
@@ -64,9 +64,6 @@ def atomic_write(path, data) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-atomic_write_text = atomic_write  # its older name, still imported
 
 
 def _remove_leftovers(directory: Path) -> None:
