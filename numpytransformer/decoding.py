@@ -110,7 +110,7 @@ def _greedy(model, memory, src_mask, max_len, bos_id, eos_id, use_cache):
     max_len = min(max_len, model.cfg.max_len)
     ys = np.full((B, 1), bos_id, dtype=np.int64)
     done = np.zeros(B, dtype=bool)
-    caches = [{} for _ in range(model.cfg.n_decoder_layers)]
+    caches = [{"self": {"room": max_len}} for _ in range(model.cfg.n_decoder_layers)]  # room: never copied
     for t in range(max_len):
         if use_cache:
             logits = model._decode_step(ys[:, -1:], memory, src_mask, caches, position=t)[:, -1]
@@ -157,7 +157,7 @@ def _beam(model, memory, src_mask, max_len, K, length_penalty, bos_id, eos_id):
     max_len = min(max_len, model.cfg.max_len)
     memory = np.repeat(memory, K, axis=0)  # (B*K, S, D): every beam reads its own sentence
     src_mask = np.repeat(src_mask, K, axis=0)
-    caches = [{} for _ in range(model.cfg.n_decoder_layers)]
+    caches = [{"self": {"room": max_len}} for _ in range(model.cfg.n_decoder_layers)]  # room: never copied
     scores = np.full((B, K), -np.inf)
     scores[:, 0] = 0.0  # at first all beams are the same, so only one may expand
     seqs = np.full((B, K, 1), bos_id, dtype=np.int64)
@@ -180,7 +180,7 @@ def _beam(model, memory, src_mask, max_len, K, length_penalty, bos_id, eos_id):
         finished = was_finished | (tok == eos_id)
         flat = (np.arange(B)[:, None] * K + beam).reshape(-1)  # the parent of each new beam
         for cache in caches:  # reorder in place, so the cache keeps its room to grow (multihead._append_positions);
-            for part in cache["self"]:  # no loop name may keep an array: a reference more forces a copy
+            for part in ("k", "v"):  # no loop name may keep an array: a reference more forces a copy
                 cache["self"][part][...] = cache["self"][part][flat]
         if finished.all():
             break

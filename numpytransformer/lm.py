@@ -124,8 +124,8 @@ class TransformerLM(_Model):
         self.embed.backward(self.pos.backward(self.drop.backward(d)))
 
     def new_kv_caches(self) -> List[dict]:
-        """Empty caches for :meth:`forward_cached`, one per layer."""
-        return [{} for _ in self.layers]
+        """Empty caches for :meth:`forward_cached`, one per layer, with room for the whole context."""
+        return [{"room": self.cfg.max_len} for _ in self.layers]
 
     def forward_cached(self, ids, kv_caches: List[dict], position: int) -> np.ndarray:
         """Inference: logits (B, T, V) of the new ids (B, T) at ``position, ..., position+T-1``.

@@ -194,16 +194,16 @@ def multihead_attention_backward(dout: np.ndarray, cache: MHACache):
     return dx_q, dx_kv, dW_q, db_q, dW_k, db_k, dW_v, db_v, dW_o, db_o
 
 
-def _append_positions(cached: np.ndarray, new: np.ndarray) -> np.ndarray:
+def _append_positions(cached: np.ndarray, new: np.ndarray, room: int = 16) -> np.ndarray:
     """``np.concatenate([cached, new], axis=2)`` for the KV cache, without copying the cache each step.
 
     The cached keys (B, H, T, D/H) are a view of a buffer with room for more positions.
     When nothing but the cache holds that view, and no other view of the buffer exists
     (reference counts: a cache copied or branched by someone keeps its positions), the new
     positions are written after the old ones and a longer view is returned. Otherwise (the
-    first append, a shared cache) the positions go into a new buffer with room for 128
-    positions, or twice the length if that is more, so that translation-length outputs never
-    copy the cache (at batch x beam 1,024, d_model 256, that is 134 MB per layer's keys).
+    first append, a shared cache) the positions go into a new buffer with ``room`` positions,
+    or twice the length if that is more. A decoder that knows how long its outputs can be
+    passes that as ``room`` (the cache dict's ``"room"``), so the cache is never copied.
     Either way the result equals the concatenation.
     """
     B, H, T, dk = cached.shape
@@ -216,7 +216,7 @@ def _append_positions(cached: np.ndarray, new: np.ndarray) -> np.ndarray:
             and sys.getrefcount(cached) <= 3 and sys.getrefcount(buf) <= 3):
         buf[:, :, T:T + n] = new
         return buf[:, :, :T + n]
-    buf = np.empty((B, H, max(128, 2 * (T + n)), dk), dtype=np.result_type(cached, new))
+    buf = np.empty((B, H, max(room, 2 * (T + n)), dk), dtype=np.result_type(cached, new))
     buf[:, :, :T] = cached
     buf[:, :, T:T + n] = new
     return buf[:, :, :T + n]
@@ -264,8 +264,9 @@ class MultiHeadAttention(Module):
         if x_kv is None:
             q, k, v = project(x, "q"), project(x, "k"), project(x, "v")  # (B, H, T_new, D/H)
             if "k" in kv_cache:
-                k = _append_positions(kv_cache["k"], k)  # (B, H, T_so_far, D/H)
-                v = _append_positions(kv_cache["v"], v)
+                room = kv_cache.get("room", 16)  # the most positions the decoder will cache
+                k = _append_positions(kv_cache["k"], k, room)  # (B, H, T_so_far, D/H)
+                v = _append_positions(kv_cache["v"], v, room)
             kv_cache["k"], kv_cache["v"] = k, v
         else:
             q = project(x, "q")

@@ -232,12 +232,13 @@ def test_sum_keepdims_of_whole_numbers_is_numpys_sum():
     np.testing.assert_array_equal(sum_keepdims(x > 0), np.full((2, 1), 300))
 
 
-def test_beam_search_keeps_its_kv_cache_buffers(monkeypatch):
-    """Beam search reorders the cache in place, so each layer's keys and values get one buffer for
-    the whole search (a reordered copy, or a name still holding the cache, would force a new one a step)."""
+def test_decoders_keep_their_kv_cache_buffers(monkeypatch):
+    """The decoders give the cache room for their longest output and beam search reorders it in place,
+    so each layer's keys and values get one buffer for the whole search (a reordered copy, or a name
+    still holding the cache, would force a new one a step; too little room, one at every doubling)."""
     import numpytransformer.multihead as mh
     from numpytransformer import Transformer, TransformerConfig
-    from numpytransformer.decoding import beam_search
+    from numpytransformer.decoding import beam_search, greedy_decode
 
     class CountingNumpy:  # numpy, with its 4-D np.empty calls (the cache buffers) counted
         buffers = 0
@@ -253,7 +254,10 @@ def test_beam_search_keeps_its_kv_cache_buffers(monkeypatch):
                             max_len=40, dropout=0.0, pad_id=0, dtype="float64", seed=0)
     model = Transformer(cfg)
     src = np.random.default_rng(9).integers(1, 13, (3, 6))
-    expected = beam_search(model, src, max_len=30, beam_size=4, bos_id=1, eos_id=2)
+    expected = {k: search(model, src, 30, bos_id=1, eos_id=2) for k, search in (("beam", beam_search),
+                                                                                 ("greedy", greedy_decode))}
     monkeypatch.setattr(mh, "np", CountingNumpy())
-    assert beam_search(model, src, max_len=30, beam_size=4, bos_id=1, eos_id=2) == expected
-    assert CountingNumpy.buffers == 2 * cfg.n_decoder_layers
+    for kind, search in (("beam", beam_search), ("greedy", greedy_decode)):
+        CountingNumpy.buffers = 0
+        assert search(model, src, 30, bos_id=1, eos_id=2) == expected[kind]
+        assert CountingNumpy.buffers == 2 * cfg.n_decoder_layers, kind
