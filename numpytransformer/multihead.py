@@ -247,7 +247,8 @@ class MultiHeadAttention(Module):
         ``kv_cache`` (a dict, inference only) turns on incremental decoding: in
         self-attention the keys and values of the new positions are appended to the
         ones cached from earlier steps; in cross-attention the memory's keys and values
-        are computed once and reused. The result equals the full forward's.
+        are computed once and reused. The result equals the full forward's. An int under
+        ``"room"`` is the most positions the self-attention cache will hold (its buffer's size).
         """
         if kv_cache is not None:
             return self._forward_cached(x, x_kv, mask, kv_cache)
