@@ -180,11 +180,12 @@ def _read_arrays(path: Path, entry: dict, like: dict) -> dict:
     return arrays
 
 
-def load_checkpoint(path, model, optimizer=None) -> dict:
-    """Load a checkpoint into ``model`` (and ``optimizer``); returns its JSON document. Everything
-    is checked before anything is copied, so a refused checkpoint leaves the model as it was."""
+def load_checkpoint(path, model, optimizer=None, doc=None) -> dict:
+    """Load a checkpoint into ``model`` (and ``optimizer``); returns its JSON document (``doc``: the one
+    :func:`read_checkpoint_meta` gave the caller, not read again). Everything is checked before
+    anything is copied, so a refused checkpoint leaves the model as it was."""
     path = Path(path)
-    doc = read_checkpoint_meta(path, for_resume=optimizer is not None)
+    doc = doc or read_checkpoint_meta(path, for_resume=optimizer is not None)
     js = path / "checkpoint.json"
     if doc["model"] != type(model).__name__:
         raise CheckpointError(f"{js} holds a {doc['model']}, not a {type(model).__name__}")

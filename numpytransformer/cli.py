@@ -52,7 +52,7 @@ def load_for_inference(path: str, data_dir: Optional[str] = None, need: Optional
     command requires (``translate`` needs a translation checkpoint), and a ``beam`` above 1
     needs a task that searches its output."""
     ck = resolve_checkpoint(path)
-    _, task = _read_task(ck, data_dir)
+    doc, task = _read_task(ck, data_dir)
     if need is not None and task.name != need:
         raise NumpyTransformerError(f"this command needs a {need} checkpoint; {path} holds a {task.name} model "
                                     f"(use {task.predict_command})")
@@ -60,7 +60,7 @@ def load_for_inference(path: str, data_dir: Optional[str] = None, need: Optional
         raise NumpyTransformerError(f"--beam {beam}: the {task.name} model does not search its output; "
                                     "leave --beam out")
     model = task.build_model()
-    load_checkpoint(ck, model)
+    load_checkpoint(ck, model, doc=doc)
     model.eval()
     return task, model, ck
 
@@ -138,8 +138,7 @@ def cmd_train(args) -> None:
 # ---- using a checkpoint ---------------------------------------------------------------------
 def cmd_eval(args) -> None:
     task, model, ck = load_for_inference(args.checkpoint, args.data_dir, beam=args.beam)
-    n = task.default_eval_n if args.n is None else args.n
-    print(f"{ck}: {_fmt(task.evaluate(model, n=n, seed=args.seed, beam=args.beam))}")
+    print(f"{ck}: {_fmt(task.evaluate(model, n=args.n or 0, seed=args.seed, beam=args.beam))}")  # 0: the task's
 
 
 def cmd_predict(args) -> None:
@@ -185,7 +184,7 @@ def cmd_average(args) -> None:
     paths = sorted(paths)[-args.last:]
     if not paths:
         raise CheckpointError(f"no checkpoints in {', '.join(args.checkpoints)}")
-    model = _read_task(paths[0], args.data_dir)[1].build_model()
+    model = _read_task(paths[0])[1].build_model()
     doc = average_checkpoints(paths, model)
     meta = {k: doc[k] for k in ("task", "data", "train", "step", "epoch", "best_score", "history")}
     save_checkpoint(args.out, model, meta)
@@ -282,7 +281,6 @@ def build_parser() -> argparse.ArgumentParser:
     av.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT", help="checkpoint directories, or a folder of them")
     av.add_argument("--last", type=POSITIVE, default=1000, help="only the last N of them (by name)")
     av.add_argument("--out", required=True, help="the new checkpoint directory")
-    av.add_argument("--data-dir", **DATA_DIR)
 
     sw = _command(sub, "sweep", cmd_sweep, "ablation on reversal: which design choice matters most", description=(
         "Train one reversal model per setting, one factor at a time around the default (or every combination "

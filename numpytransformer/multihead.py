@@ -194,7 +194,11 @@ def multihead_attention_backward(dout: np.ndarray, cache: MHACache):
     return dx_q, dx_kv, dW_q, db_q, dW_k, db_k, dW_v, db_v, dW_o, db_o
 
 
-def _append_positions(cached: np.ndarray, new: np.ndarray, room: int = 16) -> np.ndarray:
+#: Positions a KV cache's buffer holds at first when its cache dict names no ``"room"``.
+DEFAULT_ROOM = 16
+
+
+def _append_positions(cached: np.ndarray, new: np.ndarray, room: int = DEFAULT_ROOM) -> np.ndarray:
     """``np.concatenate([cached, new], axis=2)`` for the KV cache, without copying the cache each step.
 
     The cached keys (B, H, T, D/H) are a view of a buffer with room for more positions.
@@ -265,7 +269,7 @@ class MultiHeadAttention(Module):
         if x_kv is None:
             q, k, v = project(x, "q"), project(x, "k"), project(x, "v")  # (B, H, T_new, D/H)
             if "k" in kv_cache:
-                room = kv_cache.get("room", 16)  # the most positions the decoder will cache
+                room = kv_cache.get("room", DEFAULT_ROOM)  # the most positions the decoder will cache
                 k = _append_positions(kv_cache["k"], k, room)  # (B, H, T_so_far, D/H)
                 v = _append_positions(kv_cache["v"], v, room)
             kv_cache["k"], kv_cache["v"] = k, v

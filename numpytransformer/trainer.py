@@ -234,7 +234,7 @@ class Trainer:
         if doc["data"] != self.task.data_summary():
             raise NumpyTransformerError(f"cannot resume {path}: the data read now is not the data it was trained on "
                                         f"({doc['data']} then, {self.task.data_summary()} now); start a new run")
-        load_checkpoint(path, self.model, self.optimizer)
+        load_checkpoint(path, self.model, self.optimizer, doc=doc)
         self.epoch = self.saved_epoch = doc["epoch"]
         self.history, self.best_score = doc["history"], doc["best_score"]
         self.log(f"resumed from {path} after epoch {self.epoch}, update {self.optimizer.t}")
@@ -251,12 +251,13 @@ def plot_history(history: dict, path, log=print) -> None:
         return
     steps, epochs = history["steps"], history["epochs"]
     ax1, ax2 = fig.subplots(1, 2)
-    ax1.plot([s["step"] for s in steps], [s["loss"] for s in steps], lw=0.8, label="train (per update, label-smoothed)")
+    updates = [s["step"] for s in steps]
+    ax1.plot(updates, [s["loss"] for s in steps], lw=0.8, label="train (per update, label-smoothed)")
     if epochs and "val_loss" in epochs[0]:
         ax1.plot([e["step"] for e in epochs], [e["val_loss"] for e in epochs], "o-", label="validation (no smoothing)")
     ax1.set(xlabel="update", ylabel="loss", yscale="log")
     ax1.legend()
-    ax2.plot([s["step"] for s in steps], [s["lr"] for s in steps])
+    ax2.plot(updates, [s["lr"] for s in steps])
     ax2.set(xlabel="update", ylabel="learning rate (Noam)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

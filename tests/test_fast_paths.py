@@ -189,7 +189,7 @@ def test_kv_cache_append_equals_concatenate_and_never_writes_into_a_shared_cache
     rng = np.random.default_rng(7)
     cache = {"k": rng.standard_normal((2, 3, 1, 4))}
     ref = cache["k"].copy()
-    for _ in range(300):  # past the first buffer's room (128 positions), so the cache grows twice
+    for _ in range(300):  # far past the first buffer's room (16 positions): the cache grows several times
         new = rng.standard_normal((2, 3, 1, 4))
         cache["k"] = _append_positions(cache["k"], new)
         ref = np.concatenate([ref, new], axis=2)

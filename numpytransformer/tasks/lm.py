@@ -110,10 +110,14 @@ class LanguageModelTask(Task):
         tok = CharTokenizer.learn(train) if d.tokenization == "char" else BPETokenizer.learn(train, d.bpe_merges)
         return {"tokenizer": tok.to_dict()}
 
-    def data_summary(self) -> dict:
+    @cached_property
+    def _summary(self) -> dict:  # every save records it: the corpus is hashed once
         train, val = self.texts
         return {"corpus": self.data.corpus, "train_chars": len(train), "val_chars": len(val),
                 "sha256": text_digest(train + val)}
+
+    def data_summary(self) -> dict:
+        return self._summary
 
     # ---- model and training ---------------------------------------------------------------
     def build_model(self):

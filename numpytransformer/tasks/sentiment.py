@@ -14,6 +14,7 @@ the vocabulary are saved in the checkpoint, so a checkpoint classifies new text 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -87,7 +88,7 @@ class SentimentTask(Task):
                 TrainConfig(epochs=4, lr_factor=0.5, warmup=500, label_smoothing=0.0, log_every=100, max_minutes=16))
 
     def __init__(self, data, model, data_dir=None, state=None):
-        self._texts, self._ids, self._summary, self.n_val_duplicates = {}, {}, None, 0
+        self._texts, self._ids, self.n_val_duplicates = {}, {}, 0
         super().__init__(data, model, data_dir, state)
         self.tok, self.vocab = Tokenizer.from_dict(self.state["tokenizer"]), Vocab.from_dict(self.state["vocab"])
 
@@ -113,13 +114,13 @@ class SentimentTask(Task):
         vocab = Vocab.build((tok.tokenize(t) for t in train), min_freq=d.min_freq, max_size=d.vocab_size)
         return {"tokenizer": tok.to_dict(), "vocab": vocab.to_dict()}
 
+    @cached_property
+    def _summary(self) -> dict:  # every save records it: the reviews are hashed once
+        train, val = self.texts("train"), self.texts("val")
+        return {"train_reviews": len(train[0]), "val_reviews": len(val[0]), "sha256": reviews_digest(train, val)}
+
     def data_summary(self) -> dict:
-        """Review counts and a digest of the training and validation reviews, hashed once (every save
-        records it)."""
-        if self._summary is None:
-            train, val = self.texts("train"), self.texts("val")
-            self._summary = {"train_reviews": len(train[0]), "val_reviews": len(val[0]),
-                             "sha256": reviews_digest(train, val)}
+        """Review counts and a digest of the training and validation reviews."""
         return self._summary
 
     def tokens(self, text: str) -> List[str]:
