@@ -144,13 +144,10 @@ def cmd_eval(args) -> None:
 def cmd_predict(args) -> None:
     """``predict``, ``translate`` and ``classify``: one given text, or each line of stdin."""
     task, model, _ = load_for_inference(args.checkpoint, need=args.need, beam=args.beam)
-    if args.text is not None and not args.text.strip():
-        raise NumpyTransformerError("the input is empty: give some text, or none to read lines from stdin")
+    if args.text is not None:
+        task.check_input(args.text)  # stdin keeps its empty lines; one given text must hold something
     lines = [args.text] if args.text is not None else [line.rstrip("\n") for line in sys.stdin]
-    outs = task.predict(model, lines, beam=args.beam)
-    if args.text is not None and not outs[0]:  # stdin keeps its empty lines; one given text must say something
-        raise NumpyTransformerError("the input has no words once cleaned (tags, HTML entities and spaces removed)")
-    for out in outs:
+    for out in task.predict(model, lines, beam=args.beam):
         print(out)
 
 

@@ -84,6 +84,12 @@ def test_predict_argument_and_stdin_keep_order(run_dir, capsys, monkeypatch):
     assert code == 2 and out == "" and err.startswith("error: line 2: unknown symbol '9'")
 
 
+def test_an_empty_output_is_printed_not_taken_for_an_empty_input(run_dir, capsys, monkeypatch):
+    # A weak model may put EOS first: its answer is an empty line, and the input was fine.
+    monkeypatch.setattr(ReversalTask, "predict_ids", lambda self, model, seqs, beam=1: [[] for _ in seqs])
+    assert _run(["predict", "--checkpoint", str(run_dir), "3 1"], capsys) == (0, "\n", "")
+
+
 def test_eval_prints_exact_match_per_length(run_dir, capsys):
     code, out, err = _run(["eval", "--checkpoint", str(run_dir), "--n", "50", "--seed", "3"], capsys)
     assert code == 0 and err == ""

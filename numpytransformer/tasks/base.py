@@ -3,7 +3,7 @@
 A task glues data, a model and a measure of success together. The trainer calls only
 ``train_batches``, ``train_step_loss``, ``input_tokens``, ``validate``, ``to_dict``,
 ``data_summary`` and the class attributes; the command line adds ``recipe``,
-``build_model``, ``test_report``, ``evaluate``, ``predict``, ``attention``, ``generate``
+``build_model``, ``test_report``, ``evaluate``, ``check_input``, ``predict``, ``attention``, ``generate``
 and :func:`task_from_dict`.
 
 Adding a task is one file with a subclass and one line in :data:`TASKS`.
@@ -138,6 +138,12 @@ class Task(ABC):
     @abstractmethod
     def predict(self, model, lines: Sequence[str], beam: int = 1) -> List[str]:
         """The model's output for each input line."""
+
+    def check_input(self, text: str) -> None:
+        """Refuse one given input that holds nothing to run the model on. (An empty output is
+        an answer, not an error: a model may put EOS first.)"""
+        if not text.strip():
+            raise NumpyTransformerError("the input is empty: give some text, or none to read lines from stdin")
 
     def attention(self, model, text: str):
         """``(maps, labels, output)``: attention maps of every layer for one input."""

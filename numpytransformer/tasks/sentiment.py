@@ -189,6 +189,11 @@ class SentimentTask(Task):
     def example_input(self) -> str:
         return "This film was a delight."
 
+    def check_input(self, text: str) -> None:
+        super().check_input(text)
+        if not self.tokens(text):
+            raise NumpyTransformerError("the input has no words once cleaned (tags, HTML entities and spaces removed)")
+
     def predict(self, model, lines: Sequence[str], beam: int = 1) -> List[str]:
         """``"positive 0.93"`` for each line; a line with no words gives an empty line."""
         ids = [self.encode(line) for line in lines]
@@ -202,8 +207,7 @@ class SentimentTask(Task):
         """Encoder maps (H, T, T) per layer, and ``"pooled"`` (H, 1, T): the row of the last
         attention that reaches the classified vector (averaged over queries for mean pooling,
         the <bos> query for first pooling), each head's row scaled to a maximum of 1."""
-        if not self.tokens(text):
-            raise NumpyTransformerError("the review has no words once cleaned (tags, entities and spaces removed)")
+        self.check_input(text)
         x = self.encode(text)[None]
         label = self.predict(model, [text])[0]
         model.forward(x)
