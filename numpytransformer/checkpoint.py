@@ -52,7 +52,8 @@ def atomic_write(path, data) -> None:
     directory, flushed to disk and renamed: ``path`` is always whole, the old file or the new."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(path.parent)
+    for tmp in path.parent.glob(".*.tmp"):  # the temporary files of writes killed half-way
+        tmp.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -64,12 +65,6 @@ def atomic_write(path, data) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def _remove_leftovers(directory: Path) -> None:
-    """Delete the temporary files of writes that were killed half-way."""
-    for tmp in directory.glob(".*.tmp"):
-        tmp.unlink(missing_ok=True)
 
 
 def save_checkpoint(path, model, meta: dict, optimizer=None) -> Path:

@@ -77,6 +77,7 @@ class Trainer:
         self.optimizer = Adam(model.parameters(), lr=self.learning_rate)
         # The cool-down needs the run's length; counting it builds epoch 0's batches once more.
         self.total_updates = cfg.epochs * -(-len(task.train_batches(0)) // cfg.accum_steps) if cfg.cooldown else 0
+        self.data_summary = task.data_summary()  # recorded in every save: the data is hashed once
         self.history = {"steps": [], "epochs": []}
         self.epoch = self.saved_epoch = 0  # epochs finished, and the one last/ holds
         self.best_score = None  # the best validation score so far: best/ holds that epoch
@@ -127,7 +128,7 @@ class Trainer:
                     group = batches[i:i + cfg.accum_steps]
                     t0 = time.perf_counter()
                     loss, counted, lr = self.train_step(group)
-                    inputs = sum(map(self.task.input_tokens, group)) if self.task.counts_inputs else 0
+                    inputs = sum(map(self.task.input_tokens, group))
                     for meter in (run, epoch, window):
                         meter.update(seconds=time.perf_counter() - t0, count=counted, inputs=inputs, updates=1)
                     epoch.update(loss=loss * counted)
@@ -180,7 +181,7 @@ class Trainer:
         """Targets (and input tokens, where the task counts them) per second of training."""
         s = max(meter["seconds"], 1e-9)
         text = f"{self.task.count_unit}/s {meter['count'] / s:,.0f}"
-        return text + (f" tok/s {meter['inputs'] / s:,.0f}" if self.task.counts_inputs else "")
+        return text + (f" tok/s {meter['inputs'] / s:,.0f}" if meter["inputs"] else "")
 
     def _end_epoch(self, metrics: dict, meter: Counter, elapsed: float) -> None:
         """Check the numbers, record the epoch, save best/ (if better), last/ and the history."""
@@ -197,7 +198,7 @@ class Trainer:
                   "tokens_per_s": round((meter["inputs"] or meter["count"]) / s, 1)}
         if unit != "tok":
             record[f"{unit}_per_s"] = round(meter["count"] / s, 1)
-        if self.task.counts_inputs:
+        if meter["inputs"]:
             record["input_tokens"] = meter["inputs"]
         self.history["epochs"].append({**record, **metrics})
         score = metrics[self.task.selection_metric]
@@ -217,7 +218,7 @@ class Trainer:
     # ---- saving and resuming --------------------------------------------------------------
     def save(self, which: str) -> Path:
         """Save into ``out_dir/which``; ``last/`` also holds the optimiser, for resuming."""
-        meta = {"task": self.task.to_dict(), "data": self.task.data_summary(), "train": dataclasses.asdict(self.cfg),
+        meta = {"task": self.task.to_dict(), "data": self.data_summary, "train": dataclasses.asdict(self.cfg),
                 "step": self.optimizer.t, "epoch": self.epoch, "best_score": self.best_score, "history": self.history}
         return save_checkpoint(self.out_dir / which, self.model, meta, self.optimizer if which == "last" else None)
 
@@ -231,9 +232,9 @@ class Trainer:
         if diff:
             raise NumpyTransformerError(f"cannot resume {path}: it was trained with other task settings "
                                         f"({', '.join(diff)})")
-        if doc["data"] != self.task.data_summary():
+        if doc["data"] != self.data_summary:
             raise NumpyTransformerError(f"cannot resume {path}: the data read now is not the data it was trained on "
-                                        f"({doc['data']} then, {self.task.data_summary()} now); start a new run")
+                                        f"({doc['data']} then, {self.data_summary} now); start a new run")
         load_checkpoint(path, self.model, self.optimizer, doc=doc)
         self.epoch = self.saved_epoch = doc["epoch"]
         self.history, self.best_score = doc["history"], doc["best_score"]

@@ -100,12 +100,9 @@ class Task(ABC):
         counted = targets.size if self.target_pad is None else int((targets != self.target_pad).sum())
         return loss, counted, dlogits
 
-    #: True when :meth:`train_step_loss` counts something other than the tokens read (reviews):
-    #: the progress line then shows :meth:`input_tokens` per second too.
-    counts_inputs: ClassVar[bool] = False
-
     def input_tokens(self, batch) -> int:
-        """Tokens the model reads in a batch (used when :attr:`counts_inputs`)."""
+        """Tokens the model reads in a batch, for a task whose :attr:`count_unit` is something
+        else (reviews): the progress line then shows them per second too. 0: not counted."""
         return 0
 
     def mean_loss(self, model, batches) -> float:

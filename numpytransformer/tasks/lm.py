@@ -77,14 +77,13 @@ class LanguageModelTask(Task):
         Characters: 5,000 updates, the last 20% cooling down to 0."""
         model = ModelSettings(d_model=128, n_heads=4, n_layers=2, d_ff=512, dropout=0.0, norm="pre",
                               tie_embeddings=True)
-        if data.corpus == "embedded":  # the same, half as wide
-            return replace(model, d_model=64, d_ff=256), TrainConfig(
-                epochs=4, lr_factor=1.0, warmup=50, label_smoothing=0.0, clip_norm=1.0, log_every=50, max_minutes=0)
-        if data.tokenization == "bpe":
-            return model, TrainConfig(epochs=4, lr_factor=0.8, warmup=100, label_smoothing=0.0, clip_norm=1.0,
-                                      log_every=100, max_minutes=0)
-        return model, TrainConfig(epochs=10, lr_factor=0.8, warmup=100, label_smoothing=0.0, clip_norm=1.0,
-                                  log_every=100, max_minutes=0, cooldown=0.2)
+        train = TrainConfig(epochs=4, lr_factor=0.8, warmup=100, label_smoothing=0.0, clip_norm=1.0, log_every=100,
+                            max_minutes=0)
+        if data.corpus == "embedded":  # the same, half as wide, with a higher peak rate
+            return replace(model, d_model=64, d_ff=256), replace(train, lr_factor=1.0, warmup=50, log_every=50)
+        if data.tokenization == "char":
+            return model, replace(train, epochs=10, cooldown=0.2)
+        return model, train
 
     def __init__(self, data, model: ModelSettings, data_dir: Optional[str] = None, state: Optional[dict] = None):
         super().__init__(data, model, data_dir, state)
@@ -110,14 +109,10 @@ class LanguageModelTask(Task):
         tok = CharTokenizer.learn(train) if d.tokenization == "char" else BPETokenizer.learn(train, d.bpe_merges)
         return {"tokenizer": tok.to_dict()}
 
-    @cached_property
-    def _summary(self) -> dict:  # every save records it: the corpus is hashed once
+    def data_summary(self) -> dict:
         train, val = self.texts
         return {"corpus": self.data.corpus, "train_chars": len(train), "val_chars": len(val),
                 "sha256": text_digest(train + val)}
-
-    def data_summary(self) -> dict:
-        return self._summary
 
     # ---- model and training ---------------------------------------------------------------
     def build_model(self):

@@ -14,7 +14,6 @@ the vocabulary are saved in the checkpoint, so a checkpoint classifies new text 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -73,7 +72,6 @@ class SentimentTask(Task):
     Data = SentimentData
     selection_metric = "accuracy"
     count_unit = "reviews"
-    counts_inputs = True
     target_pad = None
     predict_command = "classify"
     default_eval_n = 0
@@ -114,14 +112,10 @@ class SentimentTask(Task):
         vocab = Vocab.build((tok.tokenize(t) for t in train), min_freq=d.min_freq, max_size=d.vocab_size)
         return {"tokenizer": tok.to_dict(), "vocab": vocab.to_dict()}
 
-    @cached_property
-    def _summary(self) -> dict:  # every save records it: the reviews are hashed once
-        train, val = self.texts("train"), self.texts("val")
-        return {"train_reviews": len(train[0]), "val_reviews": len(val[0]), "sha256": reviews_digest(train, val)}
-
     def data_summary(self) -> dict:
         """Review counts and a digest of the training and validation reviews."""
-        return self._summary
+        train, val = self.texts("train"), self.texts("val")
+        return {"train_reviews": len(train[0]), "val_reviews": len(val[0]), "sha256": reviews_digest(train, val)}
 
     def tokens(self, text: str) -> List[str]:
         """The kept tokens of one raw review: cleaned, tokenized and truncated."""
