@@ -16,6 +16,7 @@ from numpytransformer.cli import build_parser, load_for_inference, main
 from numpytransformer.settings import given_values
 from numpytransformer.tasks.base import task_class
 from numpytransformer.tasks.reverse import ReversalTask, ReverseData
+from numpytransformer.tasks.translate import TranslationTask
 from numpytransformer.trainer import TrainConfig
 
 TINY = ["train", "reverse", "--n-symbols", "6", "--max-len", "6", "--n-train", "300", "--n-val", "30",
@@ -125,6 +126,9 @@ def test_translate_numbers_end_to_end(tmp_path, capsys, monkeypatch):
     # translate refuses a checkpoint of another task, and predict runs this one.
     code, shown, err = _run(["predict", "--checkpoint", str(out), "twelve"], capsys)
     assert code == 0 and len(shown.splitlines()) == 1
+    # A model that puts EOS first answers with an empty line; the input was fine.
+    monkeypatch.setattr(TranslationTask, "translate_ids", lambda self, model, src, beam=1: [[] for _ in src])
+    assert _run(["translate", "--checkpoint", str(out), "seven"], capsys) == (0, "\n", "")
 
 
 def test_translate_refuses_a_reversal_checkpoint(run_dir, capsys):

@@ -69,7 +69,8 @@ class Task(ABC):
         return {}
 
     def data_summary(self) -> dict:
-        """What identifies the data read (counts, a digest): ``--resume`` refuses other data."""
+        """What identifies the data read (counts, a digest): ``--resume`` refuses other data.
+        A :class:`~numpytransformer.trainer.Trainer` calls it once, when it is built."""
         return {}
 
     def to_dict(self) -> dict:
@@ -140,7 +141,7 @@ class Task(ABC):
         """Refuse one given input that holds nothing to run the model on. (An empty output is
         an answer, not an error: a model may put EOS first.)"""
         if not text.strip():
-            raise NumpyTransformerError("the input is empty: give some text, or none to read lines from stdin")
+            raise NumpyTransformerError("the input is empty: give some text")
 
     def attention(self, model, text: str):
         """``(maps, labels, output)``: attention maps of every layer for one input."""
