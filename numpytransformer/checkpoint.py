@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import tempfile
 import zipfile
@@ -114,7 +115,8 @@ def _check_fields(doc, js: Path, for_resume: bool) -> None:
             got = type(parent[name]).__name__
             raise CheckpointError(f"{js} is damaged: field {field} has the wrong type ({got})")
     # Then the values: (field, is it right, what is wrong otherwise).
-    checks = [("step", doc["step"] >= 0, "is negative"), ("epoch", doc["epoch"] >= 0, "is negative")]
+    checks = [("step", doc["step"] >= 0, "is negative"), ("epoch", doc["epoch"] >= 0, "is negative"),
+              ("best_score", doc["best_score"] is None or math.isfinite(doc["best_score"]), "is not finite")]
     for kind in ("weights", "optimizer") if for_resume else ("weights",):
         name = doc["files"][kind]["name"]
         checks.append((f"files.{kind}.name", Path(name).name == name and name.endswith(".npz"),

@@ -85,6 +85,8 @@ def _check_out(args) -> None:
         raise NumpyTransformerError(f"--resume: {named} holds no run to continue (no last/checkpoint.json)")
     if not args.resume and has_run:
         raise NumpyTransformerError(f"{named} already holds a run: pass --resume to continue it, or choose another --out")
+    if not args.resume and out.is_dir() and any(out.iterdir()):  # a run must not delete or read what is there
+        raise NumpyTransformerError(f"{named} holds files but no run: choose a new or empty directory")
     nearest = next(p for p in (out, *out.absolute().parents) if p.exists())
     if not os.access(nearest, os.W_OK) or not nearest.is_dir():
         raise NumpyTransformerError(f"--out {args.out}: cannot write a run there; choose another --out")
@@ -104,7 +106,10 @@ def cmd_train(args) -> None:
         if changed:
             raise NumpyTransformerError(f"--resume continues the run as it was; only training options can change "
                                         f"(not {', '.join(changed)})")
+        missing = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in doc["train"]]
         try:
+            if missing:  # no silent defaults
+                raise TypeError(f"{', '.join(missing)} missing")
             train_cfg = dataclasses.replace(TrainConfig(**doc["train"]), **given_train)
         except (TypeError, NumpyTransformerError) as e:
             raise CheckpointError(f"{ck / 'checkpoint.json'}: field train does not fit ({e})") from None
@@ -176,7 +181,8 @@ def cmd_average(args) -> None:
     if Path(args.out).exists():
         raise NumpyTransformerError(f"--out {args.out} already exists; choose a new directory")
     paths = []
-    for p in map(Path, args.checkpoints):  # a checkpoint, or a folder of them
+    for p in map(Path, args.checkpoints):  # a checkpoint, a folder of them, or a run (its epochs/)
+        p = p / "epochs" if (p / "last" / "checkpoint.json").is_file() else p
         paths += [p] if (p / "checkpoint.json").is_file() else [ck.parent for ck in p.glob("*/checkpoint.json")]
     paths = sorted(paths)[-args.last:]
     if not paths:
@@ -191,6 +197,8 @@ def cmd_average(args) -> None:
 def cmd_sweep(args) -> None:
     from .sweep import DEFAULT_GRID, FACTORS, default_sweep_train, run_sweep, sweep_settings, write_report
 
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise NumpyTransformerError(f"--out {args.out} is a file; expected a folder for the sweep's runs and report")
     grid = {k: getattr(args, k) for k in FACTORS if getattr(args, k) is not None} or DEFAULT_GRID
     data = ReverseData(formulation=args.formulation, n_train=args.n_train)
     model = dataclasses.replace(ReversalTask.recipe(data)[0], seed=args.seed)
@@ -275,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     av = _command(sub, "average", cmd_average, "average the weights of the last epochs of a run", description=(
         "Average checkpoints of one run (train with --keep-epochs N, then average OUT/epochs) into a new checkpoint."))
-    av.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT", help="checkpoint directories, or a folder of them")
+    av.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT", help="checkpoint directories, a folder of them, or a run directory (its epochs/)")
     av.add_argument("--last", type=POSITIVE, default=1000, help="only the last N of them (by name)")
     av.add_argument("--out", required=True, help="the new checkpoint directory")
 

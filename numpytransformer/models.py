@@ -314,6 +314,12 @@ class Transformer(_Model):
         self.encoder.backward(dmemory)
 
 
+def _refuse_tie(cfg, model: str) -> None:
+    if cfg.tie_embeddings:
+        raise NumpyTransformerError(f"tie_embeddings (--tie) shares the target embedding with the output projection; "
+                                    f"a {model} has no target embedding: leave it False")
+
+
 class TransformerTagger(_Model):
     """Encoder-only model that predicts one output token per input position.
 
@@ -323,6 +329,7 @@ class TransformerTagger(_Model):
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
+        _refuse_tie(cfg, "TransformerTagger")
         self.encoder = Encoder(cfg, self.init_rng, self.rng)
         self.out = Linear(cfg.d_model, cfg.tgt_vocab_size, self.init_rng, cfg.np_dtype)
 
@@ -345,6 +352,7 @@ class TransformerClassifier(_Model):
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
+        _refuse_tie(cfg, "TransformerClassifier")
         self.encoder = Encoder(cfg, self.init_rng, self.rng)
         self.out = Linear(cfg.d_model, cfg.n_classes, self.init_rng, cfg.np_dtype)
         self._pool_cache = None

@@ -28,6 +28,8 @@ __all__ = ["FACTORS", "DEFAULT_GRID", "sweep_settings", "run_sweep", "factor_eff
 #: The factors a sweep can vary: name -> (which settings, the field it sets).
 FACTORS = {"layers": ("model", "n_layers"), "heads": ("model", "n_heads"), "d_model": ("model", "d_model"),
            "warmup": ("train", "warmup")}
+#: What each run's ``result.json`` records of the trained model (besides its settings).
+MEASURES = ("parameters", "updates", "seconds", "token_accuracy", "exact_match")
 #: The values the ``sweep`` command tries when none are given.
 DEFAULT_GRID = {"layers": [1, 2, 3, 4], "heads": [1, 2, 4, 8], "d_model": [32, 64, 128], "warmup": [25, 100, 400]}
 
@@ -80,10 +82,13 @@ def run_sweep(runs: List[dict], out_dir, log: Callable[[str], None] = print) -> 
         if done.exists():
             try:
                 record = json.loads(done.read_text())
+                same = isinstance(record, dict) and all(record.get(k) == v for k, v in settings.items())
+                if same and not all(type(record.get(k)) in (int, float) for k in MEASURES):
+                    raise ValueError
             except ValueError:
                 raise NumpyTransformerError(f"{done} is damaged: delete it to train that run again") from None
-            if isinstance(record, dict) and all(record.get(k) == v for k, v in settings.items()):
-                records.append(record)
+            if same:
+                records.append({**record, "name": run["name"], "factors": run["factors"]})
                 log(f"{head} already done")
                 continue
             log(f"{head} {done} holds other settings; training again")
@@ -132,7 +137,7 @@ def write_report(records: List[dict], out_dir, title: str = "Reversal ablation")
     out_dir = Path(out_dir)
     effects = factor_effects(records)
     atomic_write(out_dir / "sweep.json", json.dumps({"runs": records, "effects": effects}, indent=1))
-    cols = list(FACTORS) + ["parameters", "updates", "seconds", "token_accuracy", "exact_match"]
+    cols = list(FACTORS) + list(MEASURES)
     rows = [[r["name"]] + [r["factors"][c] if c in FACTORS else r[c] for c in cols] for r in records]
     atomic_write(out_dir / "sweep.csv", "".join(",".join(map(str, row)) + "\n" for row in [["name"] + cols] + rows))
 

@@ -75,8 +75,7 @@ class Trainer:
         self.out_dir = Path(out_dir)
         self.noam = NoamSchedule(model.cfg.d_model, cfg.warmup, cfg.lr_factor)
         self.optimizer = Adam(model.parameters(), lr=self.learning_rate)
-        # The cool-down needs the run's length; counting it builds epoch 0's batches once more.
-        self.total_updates = cfg.epochs * -(-len(task.train_batches(0)) // cfg.accum_steps) if cfg.cooldown else 0
+        self.total_updates = 0  # the run's length, for the cool-down: planned at each epoch's start
         self.data_summary = task.data_summary()  # recorded in every save: the data is hashed once
         self.history = {"steps": [], "epochs": []}
         self.epoch = self.saved_epoch = 0  # epochs finished, and the one last/ holds
@@ -119,10 +118,16 @@ class Trainer:
         # Sums over the updates only (validation and saving excluded): seconds, targets counted,
         # input tokens, updates; for the run, the epoch (with its loss) and since the last progress line.
         run = Counter()
+        if self.epoch < cfg.epochs and (self.out_dir / "average").exists():
+            shutil.rmtree(self.out_dir / "average")  # the average of epochs before this resume
+            self.log("removed average/: it averages epochs before this resume (the end of the run makes a new one)")
         try:
             while self.epoch < cfg.epochs:
                 self.model.train()
                 batches = self.task.train_batches(self.epoch)
+                # The updates so far and those of the epochs left: a resumed run plans as an
+                # uninterrupted one does at the same epoch, even with another --accum.
+                self.total_updates = self.optimizer.t + (cfg.epochs - self.epoch) * -(-len(batches) // cfg.accum_steps)
                 epoch, window = Counter(), Counter()
                 for i in range(0, len(batches), cfg.accum_steps):
                     group = batches[i:i + cfg.accum_steps]
@@ -160,12 +165,11 @@ class Trainer:
     def average_kept(self) -> None:
         """With ``keep_epochs`` > 1, average the kept epochs' weights; save them as ``average/``
         only if they validate at least as well as ``best/``, which they then replace for use."""
-        kept = sorted((self.out_dir / "epochs").glob("*/checkpoint.json")) if self.cfg.keep_epochs > 1 else []
-        shutil.rmtree(self.out_dir / "average", ignore_errors=True)  # from before a resume: stale
+        kept = self.kept_epochs()[-self.cfg.keep_epochs:] if self.cfg.keep_epochs > 1 else []
         if len(kept) < 2:
             return
         final = {k: p.copy() for k, p in self.model.parameters().items()}
-        average_checkpoints([js.parent for js in kept], self.model)
+        average_checkpoints(kept, self.model)
         self.model.eval()
         name = self.task.selection_metric
         score = self.task.validate(self.model)[name]
@@ -176,6 +180,12 @@ class Trainer:
             self.save("average")
         for k, p in self.model.parameters().items():
             p[...] = final[k]
+
+    def kept_epochs(self) -> list:
+        """The checkpoints of ``keep_epochs``, ``OUT/epochs/NNN``, oldest first."""
+        folder = self.out_dir / "epochs"
+        epochs = [p for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
+        return sorted(epochs, key=lambda p: int(p.name))
 
     def _rates(self, meter: Counter) -> str:
         """Targets (and input tokens, where the task counts them) per second of training."""
@@ -209,7 +219,7 @@ class Trainer:
         self.saved_epoch = self.epoch
         if self.cfg.keep_epochs:  # for checkpoint averaging: OUT/epochs/007, the oldest beyond N removed
             self.save(f"epochs/{self.epoch:03d}")
-            for old in sorted((self.out_dir / "epochs").iterdir())[:-self.cfg.keep_epochs]:
+            for old in self.kept_epochs()[:-self.cfg.keep_epochs]:
                 shutil.rmtree(old)
         atomic_write(self.out_dir / "history.json", json.dumps(self.history, indent=1))
         shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())

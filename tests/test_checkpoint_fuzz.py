@@ -8,7 +8,7 @@ must give exit status 2 and exactly one line on standard error, ``error: ...``, 
 the file or the field, with no traceback and nothing on standard output. Three cases
 run in a real process as well, to show that nothing else reaches the terminal.
 
-Cases, counted from the table by entry point: predict 81, eval 81, --resume 99 (261 in all),
+Cases, counted from the table by entry point: predict 83, eval 83, --resume 101 (267 in all),
 and the undamaged control; a separate test adds 12 damaged vocabularies (``task.state``) of the
 translation, sentiment and language-model tasks through predict and eval. On the library before this file's commit, 19 failed: 4 raw
 tracebacks (an ``.npy`` as weights, three entry points; step records that are not
@@ -194,6 +194,8 @@ CASES = [
     ("history.epochs-items", put(["x"], "history", "epochs"), RESUME, "history"),
     ("best_score-str", put("a", "best_score"), ALL, "best_score"),
     ("best_score-list", put([], "best_score"), ALL, "best_score"),
+    ("best_score-nan", put(float("nan"), "best_score"), ALL, "best_score"),
+    ("best_score-inf", put(float("inf"), "best_score"), ALL, "best_score"),
     ("format_version-1", put(1, "format_version"), ALL, "format version"),
     ("format_version-str", put("2", "format_version"), ALL, "format version"),
     ("files-list", put([], "files"), ALL, "files"),

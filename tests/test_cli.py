@@ -13,6 +13,9 @@ import pytest
 
 import numpytransformer.trainer as trainer_module
 from numpytransformer.cli import build_parser, load_for_inference, main
+from numpytransformer.config import TransformerConfig
+from numpytransformer.errors import NumpyTransformerError
+from numpytransformer.models import TransformerClassifier
 from numpytransformer.settings import given_values
 from numpytransformer.tasks.base import task_class
 from numpytransformer.tasks.reverse import ReversalTask, ReverseData
@@ -176,6 +179,28 @@ def test_resume_continues_and_refuses_changed_model_or_data_flags(run_dir, tmp_p
     assert code == 0 and "trained 0 updates in " in shown
 
 
+def test_tie_is_refused_by_the_models_without_a_target_embedding(tmp_path, capsys):
+    code, out, err = _run(TINY + ["--formulation", "tagger", "--tie", "--out", str(tmp_path / "t")], capsys)
+    assert code == 2 and len(err.splitlines()) == 1 and not (tmp_path / "t").exists()
+    assert err.startswith("error: tie_embeddings (--tie) shares the target embedding with the output projection; "
+                          "a TransformerTagger has no target embedding")
+    cfg = TransformerConfig(src_vocab_size=10, n_classes=2, d_model=8, n_heads=2, n_layers=1, d_ff=16,
+                            tie_embeddings=True)
+    with pytest.raises(NumpyTransformerError, match="a TransformerClassifier has no target embedding"):
+        TransformerClassifier(cfg)
+
+
+def test_resume_refuses_a_checkpoint_without_its_training_settings(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(TINY + ["--out", str(out)]) == 0
+    js = out / "last" / "checkpoint.json"
+    doc = json.loads(js.read_text())
+    del doc["train"]["cooldown"]  # a hand-edited file: no silent default for what the run used
+    js.write_text(json.dumps(doc))
+    code, shown, err = _run(TINY + ["--epochs", "2", "--out", str(out), "--resume"], capsys)
+    assert code == 2 and err == f"error: {js}: field train does not fit (cooldown missing)\n"
+
+
 def test_ctrl_c_says_how_to_resume(tmp_path, capsys, monkeypatch):
     """Ctrl-C during epoch 2: exit 130, the note names last/ at epoch 1, and --resume finishes."""
     from numpytransformer.trainer import Trainer
@@ -306,6 +331,8 @@ BAD = [
     (["train", "reverse", "--min-len", "5", "--max-len", "3", "--out", "{new}"],
      "--max-len 3 is less than --min-len 5"),
     (["train", "reverse", "--out", "{run}/history.json"], "is a file; expected a run directory"),
+    (["train", "reverse", "--out", "{run}/best"], "--out {run}/best holds files but no run: choose a new or empty"),
+    (["sweep", "--out", "{run}/history.json"], "--out {run}/history.json is a file; expected a folder"),
     (["train", "reverse", "--resume", "--out", "{new}"], "--resume: --out {new} holds no run to continue"),
     (["train", "translate", "--bpe-merges", "-1", "--out", "{new}"], "--bpe-merges must be from 0 to 1000000"),
     (["train", "translate", "--max-number", "99", "--n-train", "200", "--out", "{new}"],
@@ -350,6 +377,9 @@ def test_average_of_the_kept_epochs_is_their_mean(tmp_path, capsys):
     assert main(TINY + ["--epochs", "3", "--keep-epochs", "2", "--out", str(out)]) == 0
     assert sorted(p.name for p in (out / "epochs").iterdir()) == ["002", "003"]  # the oldest is gone
     code, shown, err = _run(["average", str(out / "epochs"), "--out", str(tmp_path / "avg")], capsys)
+    assert code == 0 and err == "" and "averaged 2 checkpoints (002, 003)" in shown
+    # The run directory stands for its epochs/ (not its average/, best/ and last/).
+    code, shown, err = _run(["average", str(out), "--out", str(tmp_path / "avg-run")], capsys)
     assert code == 0 and err == "" and "averaged 2 checkpoints (002, 003)" in shown
     models = []
     for ck in (out / "epochs" / "002", out / "epochs" / "003", tmp_path / "avg"):

@@ -90,6 +90,11 @@ def test_sweep_trains_reports_and_resumes(tmp_path):
     logs.clear()
     assert [r["name"] for r in run_sweep(more, tmp_path, log=logs.append)] == ["base", "layers1", "layers3"]
     assert sum("already done" in m for m in logs) == 2
+    # A result with this run's settings but no figures is damaged, not a traceback of the report.
+    damaged = {k: v for k, v in records[0].items() if k != "token_accuracy"}
+    (tmp_path / "base" / "result.json").write_text(json.dumps(damaged))
+    with pytest.raises(NumpyTransformerError, match="result.json is damaged: delete it"):
+        run_sweep(runs, tmp_path, log=logs.append)
 
 
 def test_factor_effects_uses_only_runs_that_isolate_the_factor():

@@ -4,6 +4,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -129,27 +130,29 @@ def _interrupt_at_log(prefix):
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory):
-    """``straight(accum)``: a finished uninterrupted 3-epoch run (trained once per accum)."""
+    """``straight(accum, cooldown)``: a finished uninterrupted 3-epoch run (trained once for each)."""
     runs = {}
 
-    def get(accum):
-        if accum not in runs:
+    def get(accum, cooldown=0.0):
+        if (accum, cooldown) not in runs:
             task = _task()
-            runs[accum] = Trainer(task.build_model(), task, _cfg(epochs=3, accum_steps=accum),
-                                  tmp_path_factory.mktemp("straight"), log=_quiet)
-            runs[accum].fit()
-        return runs[accum]
+            runs[accum, cooldown] = Trainer(task.build_model(), task,
+                                            _cfg(epochs=3, accum_steps=accum, cooldown=cooldown),
+                                            tmp_path_factory.mktemp("straight"), log=_quiet)
+            runs[accum, cooldown].fit()
+        return runs[accum, cooldown]
 
     return get
 
 
-@pytest.mark.parametrize("accum, where", [(1, "log"), (2, "batches"), (2, "log")])
-def test_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch, straight, accum, where):
+@pytest.mark.parametrize("accum, where, cooldown", [(1, "log", 0.0), (2, "batches", 0.0), (2, "log", 0.0),
+                                                    (1, "log", 0.5)])
+def test_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch, straight, accum, where, cooldown):
     """Three epochs straight; then a run interrupted after epoch 1 (Ctrl-C in the epoch's log line,
     or as epoch 2 fetches its batches), continued by a new task, model and trainer from last/:
     the same losses, epoch records and weights, bit for bit. Dropout is on, so the saved
     generator state matters; with accum 2 the 5 batches of an epoch make 3 updates, the last of one."""
-    straight = straight(accum)
+    straight = straight(accum, cooldown)
 
     task = _task()
     log, lines = _interrupt_at_log("epoch 1 done")
@@ -163,14 +166,14 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch, straight
 
         monkeypatch.setattr(task, "train_batches", batches)
         log = lines.append
-    first = Trainer(task.build_model(), task, _cfg(epochs=3, accum_steps=accum), tmp_path / "run", log=log)
+    first = Trainer(task.build_model(), task, _cfg(epochs=3, accum_steps=accum, cooldown=cooldown), tmp_path / "run", log=log)
     with pytest.raises(KeyboardInterrupt):
         first.fit()
     assert lines[-1] == f"interrupted: {tmp_path / 'run' / 'last'} holds epoch 1; continue with --resume"
     assert read_checkpoint_meta(tmp_path / "run" / "last", for_resume=True)["epoch"] == 1
 
     task2 = _task()  # a new process builds everything again
-    second = Trainer(task2.build_model(), task2, _cfg(epochs=3, accum_steps=accum), tmp_path / "run", log=_quiet)
+    second = Trainer(task2.build_model(), task2, _cfg(epochs=3, accum_steps=accum, cooldown=cooldown), tmp_path / "run", log=_quiet)
     second.resume()
     assert second.epoch == 1 and second.optimizer.t == straight.optimizer.t // 3
     second.fit()
@@ -179,6 +182,42 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch, straight
     _same_weights(straight.model, second.model)
     hist = json.loads((tmp_path / "run" / "history.json").read_text())
     assert [without_timing(e) for e in hist["epochs"]] == _epochs(straight)
+
+
+def test_a_resume_with_another_accum_plans_its_cooldown_anew(tmp_path):
+    """Two epochs of 6 updates, resumed to four with --accum 3 (2 updates an epoch) and a
+    cool-down over the last 30%: the rate falls over the updates actually left. (Planned for
+    4 epochs of 2 updates, the run would have ended its cool-down before it resumed: rate 0.)"""
+    task = _task()
+    Trainer(task.build_model(), task, _cfg(epochs=2, cooldown=0.3), tmp_path, log=_quiet).fit()
+    task2 = _task()
+    resumed = Trainer(task2.build_model(), task2, _cfg(epochs=4, cooldown=0.3, accum_steps=3), tmp_path, log=_quiet)
+    resumed.resume()
+    done = resumed.optimizer.t
+    resumed.fit()
+    rates = [s["lr"] for s in resumed.history["steps"][done:]]
+    assert len(task.train_batches(0)) == 6 and done == 12
+    assert len(rates) == 4 and all(r > 0 for r in rates) and rates[-1] < rates[0]
+
+
+def test_average_is_dropped_when_a_resume_trains_on_and_foreign_folders_are_left(tmp_path):
+    """An average/ of earlier epochs is removed (and said so) once a resume trains more epochs, so
+    that an interrupted resume leaves best/, not a stale average, in use; a resume that trains
+    nothing keeps it. Only epochs/NNN folders count as kept epochs."""
+    task = _task()
+    Trainer(task.build_model(), task, _cfg(epochs=2), tmp_path, log=_quiet).fit()
+    shutil.copytree(tmp_path / "best", tmp_path / "average")  # as if the kept epochs averaged better
+    (tmp_path / "epochs" / "notes").mkdir(parents=True)
+    lines = []
+    nothing = Trainer(task.build_model(), task, _cfg(epochs=2), tmp_path, log=lines.append)
+    nothing.resume()
+    nothing.fit()
+    assert (tmp_path / "average").is_dir() and not any(m.startswith("removed average/") for m in lines)
+    on = Trainer(task.build_model(), task, _cfg(epochs=4, keep_epochs=1), tmp_path, log=lines.append)
+    on.resume()
+    on.fit()
+    assert not (tmp_path / "average").exists() and any(m.startswith("removed average/") for m in lines)
+    assert sorted(p.name for p in (tmp_path / "epochs").iterdir()) == ["004", "notes"]
 
 
 def test_ctrl_c_mid_epoch_leaves_last_at_the_last_finished_epoch(tmp_path, monkeypatch, straight):
