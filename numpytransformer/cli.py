@@ -24,9 +24,15 @@ from .trainer import TrainConfig, Trainer
 __all__ = ["main", "build_parser", "load_for_inference"]
 
 
+def read_stdin() -> str:
+    """Standard input with Windows line ends as ``\n`` and without a byte-order mark."""
+    return sys.stdin.read().replace("\r\n", "\n").removeprefix("\ufeff")
+
+
 def resolve_checkpoint(path: str) -> Path:
     """A checkpoint directory, or a run directory (then its ``average/``, else ``best/``, else ``last/``)."""
     p = Path(path)
+    p = p.parent if p.name == "checkpoint.json" and p.is_file() else p
     for ck in (p, p / "average", p / "best", p / "last"):
         if (ck / "checkpoint.json").is_file():
             return ck
@@ -151,14 +157,16 @@ def cmd_predict(args) -> None:
     task, model, _ = load_for_inference(args.checkpoint, need=args.need, beam=args.beam)
     if args.text is not None:
         task.check_input(args.text)  # stdin keeps its empty lines; one given text must hold something
-    lines = [args.text] if args.text is not None else [line.rstrip("\n") for line in sys.stdin]
+    lines = [args.text] if args.text is not None else read_stdin().split("\n")
+    if args.text is None and lines[-1] == "":
+        lines.pop()  # the last line's end, not an empty line after it
     for out in task.predict(model, lines, beam=args.beam):
         print(out)
 
 
 def cmd_generate(args) -> None:
     task, model, _ = load_for_inference(args.checkpoint)
-    prompt = args.prompt if args.prompt is not None else sys.stdin.read()
+    prompt = args.prompt if args.prompt is not None else read_stdin()
     print(task.generate(model, prompt, tokens=args.tokens, temperature=args.temperature, top_k=args.top_k,
                         top_p=args.top_p, seed=args.seed))
 
@@ -215,7 +223,7 @@ POSITIVE = whole_number(1, 10 ** 6)
 
 # Arguments several commands take.
 CHECKPOINT = dict(required=True, help="a checkpoint directory or a run directory")
-BEAM = dict(type=POSITIVE, default=1, help="beam size; 1 is greedy (default %(default)s)")
+BEAM = dict(type=whole_number(1, 1000), default=1, help="beam size, up to 1000; 1 is greedy (default %(default)s)")
 DATA_DIR = dict(default=None, help="folder of the real data sets (default: $NUMPYTRANSFORMER_DATA, "
                                    "else ../shared/data)")
 

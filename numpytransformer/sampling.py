@@ -63,8 +63,8 @@ def next_token_probs(logits: np.ndarray, temperature: float = 1.0, top_k: Option
         probs = np.zeros_like(z)
         probs[int(np.argmax(z))] = 1.0
         return probs
-    z = z / temperature
-    probs = np.exp(z - z.max())
+    with np.errstate(over="ignore"):  # a tiny temperature sends the others to -inf: probability 0
+        probs = np.exp((z - z.max()) / temperature)  # the largest first: never inf / inf
     probs /= probs.sum()
     if top_k is not None:
         probs = top_k_filter(probs, top_k)

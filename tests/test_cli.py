@@ -67,7 +67,7 @@ def test_train_writes_a_run(run_dir, tmp_path, capsys, monkeypatch):
     assert code == 0 and err == ""
     assert "model: d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0, norm=pre" in shown
     assert "training: epochs=1, lr_factor=0.15, warmup=100" in shown  # the reversal recipe
-    assert re.search(r"^final \(test, best checkpoint\): n 1000 .*exact_match", shown, re.M)
+    assert re.search(r"^final \(test, best checkpoint\): n 30 .*exact_match", shown, re.M)  # --n-test
     assert f"checkpoint: {out / 'best'}   try: python -m numpytransformer predict --checkpoint {out} " in shown
     assert (out / "curves.png").is_file()
 
@@ -82,6 +82,13 @@ def test_predict_argument_and_stdin_keep_order(run_dir, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(inputs) + "\n"))
     code, out, err = _run(["predict", "--checkpoint", str(run_dir)], capsys)
     assert code == 0 and err == "" and out.splitlines() == singles
+    # Windows line ends and a byte-order mark (a file saved by some editors) read the same.
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\ufeff" + "\r\n".join(inputs) + "\r\n"))
+    code, out, err = _run(["predict", "--checkpoint", str(run_dir)], capsys)
+    assert code == 0 and err == "" and out.splitlines() == singles
+    # The checkpoint's own file names its checkpoint.
+    code, out, err = _run(["predict", "--checkpoint", str(run_dir / "best" / "checkpoint.json"), inputs[0]], capsys)
+    assert code == 0 and out.strip() == singles[0]
     # A bad line among many is named by its number.
     monkeypatch.setattr(sys, "stdin", io.StringIO("1 2\n3 9\n"))
     code, out, err = _run(["predict", "--checkpoint", str(run_dir)], capsys)
@@ -177,6 +184,15 @@ def test_resume_continues_and_refuses_changed_model_or_data_flags(run_dir, tmp_p
     # A finished run resumes to nothing more.
     code, shown, err = _run(["train", "reverse", "--resume", "--epochs", "3", "--out", str(out)], capsys)
     assert code == 0 and "trained 0 updates in " in shown
+
+
+def test_the_tagger_reads_its_output_off_and_refuses_a_beam(tmp_path, capsys):
+    out = tmp_path / "tag"
+    code, shown, err = _run(TINY + ["--formulation", "tagger", "--max-len", "3", "--n-train", "100", "--out", str(out)],
+                            capsys)
+    assert code == 0 and f'predict --checkpoint {out} "3 5 4"' in shown  # a suggestion that fits --max-len 3
+    code, shown, err = _run(["predict", "--checkpoint", str(out), "--beam", "2", "1 2"], capsys)
+    assert code == 2 and "does not search its output; leave --beam out" in err
 
 
 def test_tie_is_refused_by_the_models_without_a_target_embedding(tmp_path, capsys):
@@ -299,6 +315,9 @@ BAD = [
     (["predict", "--checkpoint", "{run}/missing", "1 2"], "checkpoint '{run}/missing' does not exist"),
     (["predict", "--checkpoint", "{run}/history.json", "1 2"], "holds no checkpoint"),
     (["predict", "--checkpoint", "{run}", "1 2", "--beam", "0"], "usage: argument --beam"),
+    (["predict", "--checkpoint", "{run}", "1 2", "--beam", "1001"], "usage: argument --beam: expected a whole number from 1 to 1000"),
+    (["train", "reverse", "--max-len", "3", "--n-symbols", "6", "--n-train", "300", "--n-val", "30", "--n-test", "30",
+      "--out", "{new}"], "--n-train + --n-val + --n-test is 360 sequences; only 258 distinct ones of --n-symbols 6"),
     (["eval", "--checkpoint", "{run}", "--n", "10000000000"],
      "usage: argument --n: expected 0 (all) or a count up to 10000000, got 10000000000"),
     (["eval", "--checkpoint", "{run}", "--n", "-1"], "usage: argument --n: expected 0 (all) or a count up to 10000000"),

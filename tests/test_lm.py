@@ -267,6 +267,7 @@ def test_temperature():
     np.testing.assert_allclose(next_token_probs(z, 0.5), sq / sq.sum())  # tau = 1/2 squares the odds
     np.testing.assert_array_equal(next_token_probs(z, 0.0), [0, 0, 1])
     np.testing.assert_allclose(next_token_probs(z, 1.0, top_k=1), [0, 0, 1])
+    np.testing.assert_array_equal(next_token_probs(z, 1e-320), [0, 0, 1])  # not inf / inf = NaN
 
 
 def test_sample_from_draws_by_the_probabilities():
@@ -343,6 +344,18 @@ def test_loss_is_counted_per_character(tokenization):
         assert chars > 1.5 * n * T  # a BPE token stands for several characters
 
 
+@pytest.mark.parametrize("tokenization", ["char", "bpe"])
+def test_training_loss_is_per_character_too(tokenization):
+    """The training loss is reported as the validation loss is, per character: a uniform model
+    shows the same figure on both (log V * tokens / characters), not log V against it."""
+    task = embedded_task(tokenization)
+    V, batch = len(task.tokenizer), task.train_batches(0)[0]
+    loss, chars, _ = task.train_step_loss(Uniform(V), batch, 0.0)
+    assert chars == len(task.tokenizer.decode(batch[:, 1:].ravel()))
+    assert loss == pytest.approx(math.log(V) * batch[:, 1:].size / chars, rel=1e-12)
+    assert task.input_tokens(batch) == batch[:, 1:].size
+
+
 def test_task_round_trip_and_batches():
     task = embedded_task("bpe")
     again = task_from_dict(task.to_dict())
@@ -412,7 +425,7 @@ def test_task_attention_predict_and_evaluate():
     T = maps["layers.0.self_attn"].shape[-1]
     assert len(labels["layers.0.self_attn"][0]) == T and "".join(labels["layers.0.self_attn"][0]) == "KING:\nThe moon"
     out = task.predict(model, ["KING:", ""])
-    assert out[0].startswith("KING:") and len(out) == 2
+    assert out[0].startswith("KING:") and out[1] == ""  # an empty line gives an empty line
     m = task.evaluate(model, 5, seed=0)
     assert m["val_tokens"] == 5 * task.data.block_size and m["val_ppl"] == pytest.approx(math.exp(m["val_loss"]))
     with pytest.raises(NumpyTransformerError, match="beam"):

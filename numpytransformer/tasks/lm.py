@@ -64,6 +64,7 @@ class LanguageModelTask(Task):
     Data = LMData
     selection_metric = "neg_val_loss"
     target_pad = None  # no padding: every next token counts
+    count_unit = "char"  # the training loss is per character, as the validation loss is
     predict_command = "generate"
     default_eval_n = 0
     searches = False
@@ -128,6 +129,16 @@ class LanguageModelTask(Task):
     def batch_arrays(self, batch):
         return (batch[:, :-1],), batch[:, 1:]
 
+    def train_step_loss(self, model, batch, label_smoothing: float):
+        """The loss per character, as validation reports it, counted over the characters the
+        targets stand for (the gradient stays that of the mean loss per token)."""
+        loss, tokens, dlogits = super().train_step_loss(model, batch, label_smoothing)
+        chars = max(int(self.tokenizer.lengths[batch[:, 1:]].sum()), 1)
+        return loss * tokens / chars, chars, dlogits
+
+    def input_tokens(self, batch) -> int:
+        return batch[:, :-1].size
+
     def val_loss(self, model, n: int = 0, seed: int = 0) -> Dict[str, float]:
         """Loss per character over the validation split's non-overlapping windows (``n`` random ones if n > 0)."""
         x, y = next_token_windows(self.split_ids[1], self.data.block_size)
@@ -170,11 +181,12 @@ class LanguageModelTask(Task):
         return prompt + self.tokenizer.decode(ids)
 
     def predict(self, model, lines: Sequence[str], beam: int = 1) -> List[str]:
-        """Each line continued by 300 sampled tokens (temperature 0.8, top-k 40, seed 0)."""
+        """Each line continued by 300 sampled tokens (temperature 0.8, top-k 40, seed 0); an empty
+        line gives an empty line."""
         if beam != 1:
             raise NumpyTransformerError(NO_BEAM)
         return [self.generate(model, line, PREDICT_TOKENS, PREDICT_TEMPERATURE, PREDICT_TOP_K, None, 0)
-                for line in lines]
+                if line.strip() else "" for line in lines]
 
     def attention(self, model, text: str):
         """Self-attention maps of every layer over the (last ``block_size``) tokens of ``text``,

@@ -50,6 +50,15 @@ class ReverseData:
         check_fields(self)
         if self.max_len < self.min_len:
             raise NumpyTransformerError(f"--max-len {self.max_len} is less than --min-len {self.min_len}")
+        wanted, exist = self.n_train + self.n_val + self.n_test, 0
+        for length in range(self.min_len, self.max_len + 1):  # stops early: the count grows fast
+            exist += self.n_symbols ** length
+            if exist >= wanted:
+                break
+        else:
+            raise NumpyTransformerError(f"--n-train + --n-val + --n-test is {wanted} sequences; only {exist} "
+                                        f"distinct ones of --n-symbols {self.n_symbols}, lengths {self.min_len}-"
+                                        f"{self.max_len} exist")
 
 
 class ReversalTask(Task):
@@ -73,6 +82,11 @@ class ReversalTask(Task):
     def __init__(self, data, model, data_dir=None, state=None):
         super().__init__(data, model, data_dir, state)
         self.spec = ReverseTask(data.n_symbols, data.min_len, data.max_len)
+
+    @property
+    def searches(self) -> bool:
+        """The tagger reads its output off every position: no search, no ``--beam``."""
+        return self.data.formulation == "seq2seq"
 
     # ---- data -----------------------------------------------------------------------
     @cached_property
@@ -145,7 +159,7 @@ class ReversalTask(Task):
                 **self.metrics(model, val)}
 
     def test_report(self, model) -> Dict[str, float]:
-        return self.evaluate(model, n=1000, seed=1)
+        return self.evaluate(model, n=self.data.n_test, seed=1)
 
     def evaluate(self, model, n: int, seed: int, beam: int = 1) -> Dict[str, float]:
         """Metrics on ``n`` fresh sequences (in neither the training nor the validation split, but for
@@ -174,7 +188,8 @@ class ReversalTask(Task):
         return " ".join(names.get(int(i), str(int(i) - 3)) for i in ids)
 
     def example_input(self) -> str:
-        return " ".join(str(x) for x in [3, 5, 4, 2, 1] if x <= self.data.n_symbols)
+        symbols = [x for x in [3, 5, 4, 2, 1] if x <= self.data.n_symbols][:self.data.max_len]
+        return " ".join(map(str, symbols))
 
     def predict(self, model, lines: Sequence[str], beam: int = 1) -> List[str]:
         """The output for each line of symbols; an empty line gives an empty line."""

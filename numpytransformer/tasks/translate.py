@@ -188,7 +188,8 @@ class TranslationTask(Task):
     def evaluate(self, model, n: int, seed: int, beam: int = 1) -> Dict[str, float]:
         """BLEU on the test split (``n`` > 0: its first n pairs)."""
         limit = self.eval_count(n) or None
-        return {"split": "test", **self.bleu(model, "test", beam=beam, limit=limit), "signature": SIGNATURE}
+        return {"split": "test", "n": len(self.pairs["test"][:limit]), **self.bleu(model, "test", beam=beam, limit=limit),
+                "signature": SIGNATURE}
 
     # ---- the user's side ----------------------------------------------------------------------
     def example_input(self) -> str:
