@@ -6,10 +6,11 @@ is checked against finite differences (:mod:`numpytransformer.gradcheck`).
 """
 from . import gradcheck
 from .config import TransformerConfig
+from .lm import TransformerLM
 from .models import Transformer, TransformerClassifier, TransformerTagger
 from .optim import Adam, NoamSchedule, clip_grad_norm
 
 __version__ = "0.1.0"
 
-__all__ = ["gradcheck", "TransformerConfig", "Transformer", "TransformerTagger", "TransformerClassifier",
+__all__ = ["gradcheck", "TransformerConfig", "Transformer", "TransformerTagger", "TransformerClassifier", "TransformerLM",
            "Adam", "NoamSchedule", "clip_grad_norm"]

@@ -75,21 +75,35 @@ def save_checkpoint(path, model, meta: dict, optimizer=None) -> Path:
     best_score, history); the config, the generator state and the file list are added here.
     """
     path = Path(path)
+    refused = f"cannot save {path}"  # everything is checked before anything is written
+    step = meta.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointError(f"{refused}: meta field step must be a whole number >= 0, got {step!r}")
     arrays = {"weights": model.parameters()}
     doc = {"format_version": FORMAT_VERSION, "model": type(model).__name__, "config": model.cfg.to_dict(),
            "rng": model.rng.bit_generator.state, **meta, "files": {}}
     if optimizer is not None:
         arrays["optimizer"] = optimizer.state_arrays()
         doc["optimizer"] = {"t": optimizer.t}
+    files = {}
     for kind, named in arrays.items():
+        bad = next((k for k, v in named.items() if not np.isfinite(v).all()), None)
+        if bad is not None:  # a load would refuse it
+            raise CheckpointError(f"{refused}: array {bad} holds NaN or infinite values")
         buf = io.BytesIO()
         np.savez(buf, **{k: np.ascontiguousarray(v) for k, v in named.items()})
         sha = hashlib.sha256(buf.getvalue()).hexdigest()
-        name = f"{kind}-{int(meta['step']):08d}-{sha[:8]}.npz"  # never the name of the file the old JSON reads
-        atomic_write(path / name, buf.getvalue())
+        name = f"{kind}-{step:08d}-{sha[:8]}.npz"  # never the name of the file the old JSON reads
+        files[name] = buf.getvalue()
         doc["files"][kind] = {"name": name, "sha256": sha}
-    _check_fields(doc, path / "checkpoint.json", optimizer is not None)
-    atomic_write(path / "checkpoint.json", json.dumps(doc, indent=1))
+    _check_fields(doc, path / "checkpoint.json", optimizer is not None, damaged=f"{refused}: meta")
+    try:
+        text = json.dumps(doc, indent=1, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{refused}: meta holds a value JSON cannot write ({e})") from None
+    for name, data in files.items():
+        atomic_write(path / name, data)
+    atomic_write(path / "checkpoint.json", text)
     keep = {f["name"] for f in doc["files"].values()}
     for old in list(path.glob("weights-*.npz")) + list(path.glob("optimizer-*.npz")):
         if old.name not in keep:
@@ -97,10 +111,12 @@ def save_checkpoint(path, model, meta: dict, optimizer=None) -> Path:
     return path
 
 
-def _check_fields(doc, js: Path, for_resume: bool) -> None:
-    """Check a ``checkpoint.json`` document: its version, the field tables, then the values."""
+def _check_fields(doc, js: Path, for_resume: bool, damaged: str = "") -> None:
+    """Check a ``checkpoint.json`` document: its version, the field tables, then the values.
+    ``damaged`` begins each message (default: the file is damaged)."""
+    damaged = damaged or f"{js} is damaged"
     if not isinstance(doc, dict):
-        raise CheckpointError(f"{js} is damaged: expected a JSON object, got {type(doc).__name__}")
+        raise CheckpointError(f"{damaged}: expected a JSON object, got {type(doc).__name__}")
     if doc.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"{js} has format version {doc.get('format_version')!r}; this version reads "
                               f"{FORMAT_VERSION}: train the model again")
@@ -110,10 +126,10 @@ def _check_fields(doc, js: Path, for_resume: bool) -> None:
         for key in outer:  # an object: the tables list it before its fields
             parent = parent[key]
         if name not in parent:
-            raise CheckpointError(f"{js} is damaged: field {field} is missing")
+            raise CheckpointError(f"{damaged}: field {field} is missing")
         if not isinstance(parent[name], kind) or isinstance(parent[name], bool):
             got = type(parent[name]).__name__
-            raise CheckpointError(f"{js} is damaged: field {field} has the wrong type ({got})")
+            raise CheckpointError(f"{damaged}: field {field} has the wrong type ({got})")
     # Then the values: (field, is it right, what is wrong otherwise).
     checks = [("step", doc["step"] >= 0, "is negative"), ("epoch", doc["epoch"] >= 0, "is negative"),
               ("best_score", doc["best_score"] is None or math.isfinite(doc["best_score"]), "is not finite")]
@@ -129,7 +145,7 @@ def _check_fields(doc, js: Path, for_resume: bool) -> None:
                     "must hold numbers, under the same keys in every epoch")]
     for field, ok, problem in checks:
         if not ok:
-            raise CheckpointError(f"{js} is damaged: field {field} {problem}")
+            raise CheckpointError(f"{damaged}: field {field} {problem}")
 
 
 def _numbers(record, keys) -> bool:

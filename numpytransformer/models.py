@@ -204,6 +204,7 @@ class Transformer(_Model):
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
+        _refuse_learned_positions(cfg, "Transformer")
         self.encoder = Encoder(cfg, self.init_rng, self.rng)
         self.decoder = Decoder(cfg, self.init_rng, self.rng)
         tied = self.decoder.embedder.embed if cfg.tie_embeddings else None
@@ -314,6 +315,12 @@ class Transformer(_Model):
         self.encoder.backward(dmemory)
 
 
+def _refuse_learned_positions(cfg, model: str) -> None:
+    if cfg.positions != "sinusoidal":
+        raise NumpyTransformerError(f"positions={cfg.positions!r} is the language model's (TransformerLM); a {model} "
+                                    "adds the paper's sinusoids: leave it 'sinusoidal'")
+
+
 def _refuse_tie(cfg, model: str) -> None:
     if cfg.tie_embeddings:
         raise NumpyTransformerError(f"tie_embeddings (--tie) shares the target embedding with the output projection; "
@@ -330,6 +337,7 @@ class TransformerTagger(_Model):
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
         _refuse_tie(cfg, "TransformerTagger")
+        _refuse_learned_positions(cfg, "TransformerTagger")
         self.encoder = Encoder(cfg, self.init_rng, self.rng)
         self.out = Linear(cfg.d_model, cfg.tgt_vocab_size, self.init_rng, cfg.np_dtype)
 
@@ -353,6 +361,7 @@ class TransformerClassifier(_Model):
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
         _refuse_tie(cfg, "TransformerClassifier")
+        _refuse_learned_positions(cfg, "TransformerClassifier")
         self.encoder = Encoder(cfg, self.init_rng, self.rng)
         self.out = Linear(cfg.d_model, cfg.n_classes, self.init_rng, cfg.np_dtype)
         self._pool_cache = None

@@ -16,6 +16,7 @@ import numpy as np
 from .attention import AttentionCache, attention_backward, attention_forward
 from .linear import LinearCache, linear_backward, linear_forward, xavier_uniform
 from .module import Module
+from .validation import check_float, check_mask, check_same_batch, needs_checks
 
 __all__ = [
     "PARAM_NAMES",
@@ -254,11 +255,26 @@ class MultiHeadAttention(Module):
         are computed once and reused. The result equals the full forward's. An int under
         ``"room"`` is the most positions the self-attention cache will hold (its buffer's size).
         """
+        if needs_checks():  # False inside a model, which has checked its own inputs
+            mask = self._check_inputs(x, x_kv, mask, kv_cache is None)
         if kv_cache is not None:
             return self._forward_cached(x, x_kv, mask, kv_cache)
         out, self._cache = multihead_attention_forward(x, x_kv, **self.params, n_heads=self.n_heads, mask=mask)
         self.attention_weights = self._cache.att.weights
         return out
+
+    def _check_inputs(self, x, x_kv, mask, whole: bool):
+        """x (B, T, D) and x_kv (B, S, D) of the weights' dtype, finite; mask (checked when the keys
+        are all given, ``whole``) broadcastable to (B, H, T, S), as bool."""
+        W = self.params["W_q"]
+        check_float(x, "x", W.dtype, shape=(None, None, W.shape[0]))
+        if x_kv is not None:
+            check_float(x_kv, "x_kv", W.dtype, shape=(None, None, W.shape[0]))
+            check_same_batch(x, "x", x_kv, "x_kv")
+        if mask is None or not whole:
+            return mask
+        keys = x if x_kv is None else x_kv
+        return check_mask(mask, "mask", (x.shape[0], self.n_heads, x.shape[1], keys.shape[1]))
 
     def _forward_cached(self, x, x_kv, mask, kv_cache: dict) -> np.ndarray:
         p, H = self.params, self.n_heads

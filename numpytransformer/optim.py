@@ -5,6 +5,9 @@ from typing import Dict, Optional
 
 import numpy as np
 
+from .errors import NumpyTransformerError
+from .validation import check_int, check_real
+
 __all__ = ["Adam", "NoamSchedule", "clip_grad_norm", "global_norm"]
 
 
@@ -17,9 +20,9 @@ class NoamSchedule:
     """
 
     def __init__(self, d_model: int, warmup: int = 4000, factor: float = 1.0):
-        if warmup <= 0:
-            raise ValueError(f"warmup must be a positive number of steps, got {warmup}")
-        self.d_model, self.warmup, self.factor = d_model, warmup, factor
+        self.d_model = check_int(d_model, "d_model", 1)
+        self.warmup = check_int(warmup, "warmup", 1)
+        self.factor = check_real(factor, "factor", 0.0, low_open=True)
 
     def __call__(self, step: int) -> float:
         """The learning rate for update number ``step`` (counting from 1)."""
@@ -44,8 +47,7 @@ def clip_grad_norm(grads: Dict[str, np.ndarray], max_norm: float) -> float:
 
     Returns the norm before clipping (useful to log). Like PyTorch's ``clip_grad_norm_``.
     """
-    if not max_norm > 0:
-        raise ValueError(f"max_norm must be positive, got {max_norm}")
+    max_norm = check_real(max_norm, "max_norm", 0.0, low_open=True)
     ### BEGIN SOLUTION 8.3: norm of all gradients; scale them all in place if norm > max_norm
     norm = global_norm(grads)
     if not np.isfinite(norm):
@@ -76,9 +78,12 @@ class Adam:
 
     def __init__(self, params: Dict[str, np.ndarray], lr=1e-3, betas=(0.9, 0.98), eps: float = 1e-9):
         self.params = params
-        self.lr = lr
-        self.beta1, self.beta2 = betas
-        self.eps = eps
+        self.lr = lr if callable(lr) else check_real(lr, "lr", 0.0)
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise NumpyTransformerError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+        self.beta1 = check_real(betas[0], "betas[0]", 0.0, 1.0, high_open=True)
+        self.beta2 = check_real(betas[1], "betas[1]", 0.0, 1.0, high_open=True)
+        self.eps = check_real(eps, "eps", 0.0, low_open=True)
         self.t = 0
         self.m = {k: np.zeros_like(p) for k, p in params.items()}
         self.v = {k: np.zeros_like(p) for k, p in params.items()}

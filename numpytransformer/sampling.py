@@ -16,11 +16,13 @@ without it, every step reruns the whole context. Both give the same tokens.
 """
 from __future__ import annotations
 
+import numbers
 from typing import List, Optional, Sequence
 
 import numpy as np
 
 from .errors import NumpyTransformerError
+from .validation import check_bool, check_int
 
 __all__ = ["next_token_probs", "top_k_filter", "top_p_filter", "sample_from", "generate"]
 
@@ -58,7 +60,11 @@ def next_token_probs(logits: np.ndarray, temperature: float = 1.0, top_k: Option
 
     Computed in float64. ``temperature == 0`` puts all the mass on the argmax (greedy).
     """
+    _check_settings(0, temperature, top_k, top_p)
     z = np.asarray(logits, dtype=np.float64)
+    if z.ndim != 1 or not z.size or np.isnan(z).any() or not (z < np.inf).all() or not (z > -np.inf).any():
+        raise NumpyTransformerError(f"logits must be one non-empty row without NaN or +inf and with a finite "
+                                    f"value, got shape {z.shape}")
     if temperature == 0:
         probs = np.zeros_like(z)
         probs[int(np.argmax(z))] = 1.0
@@ -84,11 +90,11 @@ def sample_from(probs: np.ndarray, rng: np.random.Generator) -> int:
 def _check_settings(tokens, temperature, top_k, top_p):
     if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < 0:
         raise NumpyTransformerError(f"tokens must be a whole number >= 0, got {tokens!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < np.inf:
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not 0 <= temperature < np.inf:
         raise NumpyTransformerError(f"temperature must be a finite number >= 0, got {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1):
         raise NumpyTransformerError(f"top_k must be a whole number >= 1 or None, got {top_k!r}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1):
         raise NumpyTransformerError(f"top_p must be a number in (0, 1] or None, got {top_p!r}")
 
 
@@ -121,9 +127,16 @@ def generate(model, prompt: Sequence[int], tokens: int, temperature: float = 1.0
     list of int : the new ids (the prompt not included).
     """
     _check_settings(tokens, temperature, top_k, top_p)
-    ids = [int(i) for i in np.asarray(prompt, dtype=np.int64).reshape(-1)]
-    if not ids:
+    seed, use_cache = check_int(seed, "seed", 0), check_bool(use_cache, "use_cache")
+    if not hasattr(model, "new_kv_caches"):
+        raise NumpyTransformerError(f"model must be a TransformerLM, got {type(model).__name__}")
+    arr = np.asarray(prompt)
+    if not arr.size:
         raise NumpyTransformerError("prompt must hold at least one token id")
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise NumpyTransformerError(f"prompt must be one sequence of integer token ids, got {arr.dtype} of shape "
+                                    f"{arr.shape}")
+    ids = [int(i) for i in arr]
     V, max_len = model.cfg.src_vocab_size, model.cfg.max_len
     if min(ids) < 0 or max(ids) >= V:
         raise NumpyTransformerError(f"prompt holds an id outside the vocabulary [0, {V})")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from numpytransformer import (Adam, NoamSchedule, Transformer, TransformerClassifier, TransformerConfig,
-                              TransformerTagger)
+                              TransformerTagger, clip_grad_norm)
 from numpytransformer.dropout import Dropout, dropout_forward
 from numpytransformer.errors import NumpyTransformerError
 from numpytransformer.layernorm import LayerNorm
@@ -284,5 +284,47 @@ def test_adam_with_mismatched_grad_shape():
 
 
 def test_noam_warmup_must_be_positive():
-    with pytest.raises(ValueError, match=r"warmup must be a positive number of steps, got 0"):
+    with pytest.raises(ValueError, match=r"warmup must be an integer >= 1, got 0"):
         NoamSchedule(8, warmup=0)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: NoamSchedule(0, 10), "d_model must be an integer >= 1, got 0"),
+    (lambda: NoamSchedule(8, "4000"), "warmup must be an integer, got '4000'"),
+    (lambda: Adam({"a": np.ones(3)}, lr=-1.0), r"lr must be a finite number in \[0, inf\), got -1.0"),
+    (lambda: Adam({"a": np.ones(3)}, lr="0.1"), "lr must be a real number, got '0.1'"),
+    (lambda: Adam({"a": np.ones(3)}, betas=(0.9, 1.0)), r"betas\[1\] must be a finite number in \[0, 1\), got 1.0"),
+    (lambda: Adam({"a": np.ones(3)}, eps=0.0), r"eps must be a finite number in \(0, inf\), got 0.0"),
+    (lambda: clip_grad_norm({"a": np.ones(3)}, "1"), "max_norm must be a real number, got '1'"),
+])
+def test_optimiser_settings_are_checked_where_they_are_given(make, message):
+    with pytest.raises(NumpyTransformerError, match=message):
+        make()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m, x, mem: m(x, mem[:1]), "batch sizes differ: x has 2 rows but x_kv has 1"),
+    (lambda m, x, mem: m(x[..., :4]), r"x must have shape \(\?, \?, 8\), got \(2, 3, 4\)"),
+    (lambda m, x, mem: m(x[0]), r"x must have shape \(\?, \?, 8\), got \(3, 8\)"),
+    (lambda m, x, mem: m(x.astype(np.float32)), "x must be a float64 ndarray like the model's weights, got float32"),
+    (lambda m, x, mem: m(np.where(x > 0, np.inf, x)), "x holds infinite values"),
+    (lambda m, x, mem: m(x, mem, mask=np.ones((2, 1, 1, 5))), "mask must be a bool array"),
+    (lambda m, x, mem: m(x, mem, mask=np.ones((2, 1, 1, 4), dtype=bool)), r"mask must broadcast to \(2, 2, 3, 5\)"),
+])
+def test_the_attention_module_checks_its_inputs(call, message):
+    from numpytransformer.multihead import MultiHeadAttention
+
+    rng = np.random.default_rng(0)
+    m = MultiHeadAttention(8, 2, rng, np.float64)
+    x, mem = rng.standard_normal((2, 3, 8)), rng.standard_normal((2, 5, 8))
+    with pytest.raises(NumpyTransformerError, match=message):
+        call(m, x, mem)
+
+
+@pytest.mark.parametrize("model", [Transformer, TransformerTagger, TransformerClassifier])
+def test_learned_positions_are_refused_where_they_would_be_ignored(model):
+    cfg = TransformerConfig(src_vocab_size=7, tgt_vocab_size=7, d_model=8, n_heads=2, n_layers=1, d_ff=8,
+                            positions="learned")
+    with pytest.raises(NumpyTransformerError, match=f"positions='learned' is the language model's .TransformerLM.; "
+                                                    f"a {model.__name__} adds the paper's sinusoids"):
+        model(cfg)

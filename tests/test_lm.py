@@ -430,3 +430,41 @@ def test_task_attention_predict_and_evaluate():
     assert m["val_tokens"] == 5 * task.data.block_size and m["val_ppl"] == pytest.approx(math.exp(m["val_loss"]))
     with pytest.raises(NumpyTransformerError, match="beam"):
         task.evaluate(model, 5, 0, beam=4)
+
+
+def test_the_cached_forward_and_generate_check_their_arguments():
+    model = tiny_lm(dropout=0.0).eval()
+    ids = np.array([[1, 2]])
+    for caches, position, message in (([], 0, "kv_caches must be a list of 2 dicts"),
+                                      (None, 0, "kv_caches must be a list of 2 dicts"),
+                                      (model.new_kv_caches(), 3, "position must be 0, the number of positions already"),
+                                      (model.new_kv_caches(), -1, r"position must be an integer in \[0, 5\]"),
+                                      (model.new_kv_caches(), 1.5, "position must be an integer")):
+        with pytest.raises(NumpyTransformerError, match=message):
+            model.forward_cached(ids, caches, position)
+    caches = model.new_kv_caches()
+    model.forward_cached(ids, caches, 0)
+    with pytest.raises(NumpyTransformerError, match="kv_caches.0. holds a batch of 1, but ids has 2 rows"):
+        model.forward_cached(np.array([[3], [4]]), caches, 2)
+    for kw, message in ((dict(prompt=[1.7, 2.2]), "prompt must be one sequence of integer token ids"),
+                        (dict(prompt=[[1, 2], [3, 4]]), "prompt must be one sequence of integer token ids"),
+                        (dict(seed=-1), "seed must be an integer >= 0"),
+                        (dict(use_cache="no"), "use_cache must be True or False")):
+        with pytest.raises(NumpyTransformerError, match=message):
+            generate(model, **{"prompt": [1, 2], "tokens": 3, **kw})
+    assert len(generate(model, [1, 2], 3, temperature=np.float32(0.5))) == 3  # a NumPy float is a number
+    with pytest.raises(NumpyTransformerError, match="model must be a TransformerLM"):
+        generate(object(), [1], 3)
+    z = np.zeros(4)
+    for kw, message in ((dict(top_k=0), "top_k must be a whole number >= 1"), (dict(top_p=0.0), "top_p must be"),
+                        (dict(temperature=-1.0), "temperature must be a finite number >= 0")):
+        with pytest.raises(NumpyTransformerError, match=message):
+            next_token_probs(z, **kw)
+    with pytest.raises(NumpyTransformerError, match="logits must be one non-empty row without NaN"):
+        next_token_probs(np.array([0.0, np.nan]))
+
+
+def test_the_package_exports_the_language_model():
+    import numpytransformer
+
+    assert numpytransformer.TransformerLM is TransformerLM and "TransformerLM" in numpytransformer.__all__

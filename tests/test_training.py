@@ -351,6 +351,25 @@ def test_checkpoint_round_trip_and_no_pickle(run):
     _same_weights(trainer.model, other)
 
 
+def test_a_save_that_would_not_load_is_refused_before_anything_is_written(run, tmp_path):
+    trainer, out = run
+    meta = {k: v for k, v in read_checkpoint_meta(out / "best").items()
+            if k in ("task", "data", "train", "step", "epoch", "best_score", "history")}
+    model = trainer.model
+    for bad_meta, message in (({**meta, "step": np.int64(3)}, "meta field step must be a whole number >= 0"),
+                              ({**meta, "best_score": np.float32(0.5)}, "meta: field best_score has the wrong type"),
+                              ({**meta, "history": {"note": np.float32(1)}}, "meta holds a value JSON cannot write"),
+                              ({k: v for k, v in meta.items() if k != "task"}, "meta: field task is missing")):
+        with pytest.raises(CheckpointError, match=message):
+            save_checkpoint(tmp_path / "ck", model, bad_meta)
+        assert not (tmp_path / "ck").exists()
+    nan_model = _task().build_model()
+    next(iter(nan_model.parameters().values()))[0] = np.nan
+    with pytest.raises(CheckpointError, match="holds NaN or infinite values"):
+        save_checkpoint(tmp_path / "ck", nan_model, meta)
+    assert not (tmp_path / "ck").exists()
+
+
 def test_no_pickle_in_the_package():
     """No module imports pickle (or a pickling library) or loads arrays with allow_pickle=True."""
     root = Path(numpytransformer.__file__).parent
@@ -465,6 +484,7 @@ def test_a_sigkill_during_a_save_keeps_the_previous_checkpoint(run, tmp_path):
         meta = load_checkpoint({str(ck)!r}, model, opt)
         for p in model.parameters().values():
             p += 1.0
+        opt.t += 5  # five more updates, as the new step says
         calls = []
         real_fsync = os.fsync
         def fsync(fd):
