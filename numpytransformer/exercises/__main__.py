@@ -76,7 +76,7 @@ def _build(out_dir: str, solved: str) -> int:
         fences = build_edition(out_dir, solved=solved)
     except BuildError as e:
         return _fail(str(e))
-    kept = [i for i in solved.split(",") if i.strip()]
+    kept = list(dict.fromkeys(i.strip() for i in solved.split(",") if i.strip()))
     print(f"Built the student edition in {out_dir}: {len({f.id for f in fences}) - len(kept)} exercises cut out"
           + (f", the solutions of {', '.join(kept)} released" if kept else "") + f"; see {out_dir}/EXERCISES.md")
     return 0
@@ -100,7 +100,7 @@ def _check(which: Optional[str], student: Optional[str], json_path: Optional[str
     if selected is None:
         return _fail(f"N={which!r} is neither an exercise id nor a lesson with exercises; valid ids: "
                      f"{', '.join(BY_ID)}; lessons: {', '.join(map(str, LESSONS))}")
-    if timeout is not None and not timeout > 0:
+    if timeout is not None and not 0 < timeout < float("inf"):
         return _fail(f"--timeout must be a positive number of seconds, got {timeout:g}")
     from .reference import REFERENCE_FILE
 
@@ -110,6 +110,11 @@ def _check(which: Optional[str], student: Optional[str], json_path: Optional[str
     if seed < 0 or (seed and REFERENCE_FILE.is_file()):
         return _fail(f"--seed {seed}: this grader holds reference values for the public cases only; use --seed 0, "
                      "or grade with the full repository's grader" if seed > 0 else f"--seed must be >= 0, got {seed}")
+    if student is not None and REFERENCE_FILE.is_file():
+        return _fail("--student: this is a student edition's grader, which its student can edit; grade with the "
+                     "full repository's: python -m numpytransformer.exercises check --student ... run from there")
+    if json_path and (Path(json_path).is_dir() or not Path(json_path).absolute().parent.is_dir()):
+        return _fail(f"--json {json_path}: expected a file name in an existing folder")
     own = Path(__file__).resolve().parent.parent
     if student is None:
         root = own.parent

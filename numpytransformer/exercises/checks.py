@@ -263,7 +263,9 @@ def judge_pair(g: Grader, eid: str, got: dict, exp: dict) -> None:
             g.require(np.all(dx[[1, 3]] == 0), f"dx at x == 0 is {dx[1]:g}; the kink's convention is 0 (x > 0 only)")
     if eid == "3.1":
         dW, right = got.get("c0.dW"), exp["c0.dW"]
-        if dW is not None and dW.shape == right.shape and not np.allclose(dW[2], right[2]):
+        # A multiple of the right row is a factor (the scale), which the relative error already names.
+        if dW is not None and dW.shape == right.shape and not np.allclose(dW[2], right[2]) and \
+                not np.allclose(dW[2] * (right[2] @ right[2]), right[2] * (dW[2] @ right[2])):
             g.fail(f"dW[2] is {np.round(dW[2], 4).tolist()}, expected {np.round(right[2], 4).tolist()}: id 2 appears "
                    "3 times, each adding scale * dout; repeated ids must accumulate (np.add.at), not overwrite "
                    "(lesson 3 §3)")
@@ -444,7 +446,8 @@ def _probe(exercise_id: str, student_root: Path, timeout: float, tmp: Path, salt
     cmd = [sys.executable, "-I", str(tmp / "probe.py"), str(student_root), exercise_id, str(outputs),
            str(status_path), str(salt)]
     try:
-        proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=timeout)  # no terminal: a breakpoint() or input() fails at once
     except subprocess.TimeoutExpired:
         return {"status": "timeout"}, {}
     try:
@@ -481,7 +484,8 @@ def run_check(exercise_id: str, student_root=None, timeout: float = DEFAULT_TIME
         m = _EXERCISE_IN_MESSAGE.search(status.get("message", ""))
         if m and m.group(1) != exercise_id:
             return Result(exercise_id, "not implemented", f"not yet implemented (needs Exercise {m.group(1)} first)")
-        return Result(exercise_id, "not implemented", "not yet implemented")
+        where = f" (the raise at {status['where']})" if status.get("where") else ""  # code above it is not reached
+        return Result(exercise_id, "not implemented", "not yet implemented" + where)
     if kind != "ok":
         where = f" (at {status['where']})" if status.get("where") else ""
         return Result(exercise_id, "failed", f"FAILED: {status.get('type', 'Error')}: {status.get('message', '')}{where}")

@@ -248,7 +248,7 @@ def main(argv) -> int:
         _load_package(root)
         arrays = collect(exercise_id, lambda name: importlib.import_module(f"numpytransformer.{name}"))
     except NotImplementedError as e:
-        status = {"status": "not implemented", "message": str(e)}
+        status = {"status": "not implemented", "message": str(e), "where": _where(e, root / "numpytransformer")}
     except BaseException as e:  # the student's code raised: the grader reports it on one line
         status = {"status": "error", "type": type(e).__name__, "message": " ".join(str(e).split())[:500],
                   "where": _where(e, root / "numpytransformer")}
