@@ -102,6 +102,19 @@ def test_detokenize_round_trip_fixed(sentence):
     assert detokenize(word_tokenize(sentence)) == normalize(sentence)
 
 
+@pytest.mark.parametrize("sentence, tokens", [
+    ("नमस्ते दुनिया", ["नमस्ते", "दुनिया"]),             # Devanagari vowel signs and virama are combining marks
+    ("สวัสดีครับ", ["สวัสดีครับ"]),                        # Thai tone marks and vowels above and below
+    ("q\u0303 x", ["q\u0303", "x"]),                      # a mark that no NFC code point absorbs
+    ("日本語のテキスト。", ["日本語のテキスト", "。"]),        # CJK punctuation sticks to the left
+])
+def test_scripts_with_combining_marks_round_trip(sentence, tokens):
+    assert word_tokenize(sentence) == tokens
+    assert detokenize(tokens) == normalize(sentence)
+    bpe = BPE.learn([sentence] * 3, num_merges=20)
+    assert bpe.decode(bpe.encode(sentence)) == normalize(sentence)
+
+
 def test_detokenize_round_trip_needs_normalize():
     messy = "  Ein  Mann,der\tfährt . "
     assert detokenize(word_tokenize(messy)) == "Ein Mann, der fährt."

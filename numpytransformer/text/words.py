@@ -5,26 +5,41 @@ after a canonical unicode form (:func:`normalize`); :func:`detokenize` joins tok
 back into a sentence.
 """
 
+import functools
 import re
 import unicodedata
 
 __all__ = ["normalize", "word_tokenize", "detokenize"]
 
 
-# A word is a run of word characters (unicode letters, digits, "_"), which may be
-# joined by an apostrophe ("don't", "woman's"), a hyphen ("T-shirt"), or a point,
-# comma or colon between two digits ("2.00", "10,000", "10:30"). A hyphen may also
-# end a word, for the German suspended compound ("Ess- und Wohnzimmer").
-# Every other non-space character is a token of its own.
-_TOKEN_RE = re.compile(
-    r"\w+(?:(?:[-'\u2019]|(?<=\d)[.,:](?=\d))\w+)*-?"
-    r"|[^\w\s]"
-)
+# A word is a run of word characters (unicode letters, digits, "_", and the combining
+# marks that sit on letters), which may be joined by an apostrophe ("don't", "woman's"),
+# a hyphen ("T-shirt"), or a point, comma or colon between two digits ("2.00",
+# "10,000", "10:30"). A hyphen may also end a word, for the German suspended compound
+# ("Ess- und Wohnzimmer"). Every other non-space character is a token of its own.
+_TOKEN_PATTERN = r"{w}+(?:(?:[-'\u2019]|(?<=\d)[.,:](?=\d)){w}+)*-?|[^\s{marks}\w]"
+
+
+@functools.lru_cache(maxsize=1)
+def _token_re() -> re.Pattern:
+    """The token pattern, built at first use. Python's ``\\w`` leaves out combining marks
+    (the vowel signs of Devanagari, Thai's tone marks, a lone accent), which would cut
+    "नमस्ते" into five tokens; the marks of the Basic Multilingual Plane are added to it."""
+    marks, start = [], None
+    for c in range(0x10001):
+        is_mark = c < 0x10000 and unicodedata.category(chr(c))[0] == "M"
+        if is_mark and start is None:
+            start = c
+        elif not is_mark and start is not None:
+            marks.append(f"\\u{start:04x}-\\u{c - 1:04x}")
+            start = None
+    marks = "".join(marks)
+    return re.compile(_TOKEN_PATTERN.format(w=f"[\\w{marks}]", marks=marks))
 
 # Punctuation that sticks to the token on its left ("word," "word." "(word)").
-_CLOSING = frozenset(".,!?;:)]}%'\u2019\u2026")
+_CLOSING = frozenset(".,!?;:)]}%'\u2019\u2026\u3001\u3002\uff01\uff09\uff0c\uff1a\uff1b\uff1f\u300d\u300f")  # and CJK's
 # Punctuation that sticks to the token on its right.
-_OPENING = frozenset("([{\u2018\u201a")
+_OPENING = frozenset("([{\u2018\u201a\uff08\u300c\u300e")
 # Double quotes do not say on their own which way they face (German opens with
 # „ and closes with “, English opens with “), so detokenize alternates:
 # the first one in a sentence opens, the next one closes, and so on.
@@ -108,7 +123,7 @@ def word_tokenize(text, lowercase=False):
     >>> word_tokenize("A boy's T-shirt (red) costs 2.00 Euros!")
     ['A', "boy's", 'T-shirt', '(', 'red', ')', 'costs', '2.00', 'Euros', '!']
     """
-    return _TOKEN_RE.findall(normalize(text, lowercase=lowercase))
+    return _token_re().findall(normalize(text, lowercase=lowercase))
 
 
 def detokenize(tokens):
