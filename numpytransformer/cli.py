@@ -259,7 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev = _command(sub, "eval", cmd_eval, "metrics of a checkpoint on held-out data", aliases=["evaluate"])
     ev.add_argument("--checkpoint", **CHECKPOINT)
     ev.add_argument("--n", type=whole_number(0, 10 ** 7, "0 (all) or a count up to 10000000"), default=None,
-                    help="how many held-out examples (default: the task's; 0: all)")
+                    help="how many held-out examples (default: the task's; 0: all of a test split, or the "
+                         "default count of generated ones)")
     ev.add_argument("--seed", type=SEED, default=1, help="seed of the fresh sample (default %(default)s)")
     ev.add_argument("--beam", **BEAM)
     ev.add_argument("--data-dir", **DATA_DIR)
