@@ -65,7 +65,10 @@ def load_for_inference(path: str, data_dir: Optional[str] = None, need: Optional
     if beam > 1 and not task.searches:
         raise NumpyTransformerError(f"--beam {beam}: the {task.name} model does not search its output; "
                                     "leave --beam out")
-    model = task.build_model()
+    try:
+        model = task.build_model()
+    except NumpyTransformerError as e:  # settings an earlier version accepted
+        raise CheckpointError(f"{ck / 'checkpoint.json'}: this version refuses its model settings ({e})") from None
     load_checkpoint(ck, model, doc=doc)
     model.eval()
     return task, model, ck
@@ -91,8 +94,13 @@ def _check_out(args) -> None:
         raise NumpyTransformerError(f"--resume: {named} holds no run to continue (no last/checkpoint.json)")
     if not args.resume and has_run:
         raise NumpyTransformerError(f"{named} already holds a run: pass --resume to continue it, or choose another --out")
-    if not args.resume and out.is_dir() and any(out.iterdir()):  # a run must not delete or read what is there
-        raise NumpyTransformerError(f"{named} holds files but no run: choose a new or empty directory")
+    # A new run may overwrite what a run killed in its first save left (best/, a last/ without its
+    # checkpoint.json), never anything else: a run deletes a stale average/ and reads resolve order.
+    others = [p.name for p in out.iterdir() if not p.name.startswith(".") and p.name not in ("best", "last")] \
+        if out.is_dir() and not args.resume else []
+    if others:
+        raise NumpyTransformerError(f"{named} holds files but no run ({', '.join(sorted(others)[:3])}): choose a new "
+                                    "or empty directory")
     nearest = next(p for p in (out, *out.absolute().parents) if p.exists())
     if not os.access(nearest, os.W_OK) or not nearest.is_dir():
         raise NumpyTransformerError(f"--out {args.out}: cannot write a run there; choose another --out")
@@ -192,7 +200,8 @@ def cmd_average(args) -> None:
     for p in map(Path, args.checkpoints):  # a checkpoint, a folder of them, or a run (its epochs/)
         p = p / "epochs" if (p / "last" / "checkpoint.json").is_file() else p
         paths += [p] if (p / "checkpoint.json").is_file() else [ck.parent for ck in p.glob("*/checkpoint.json")]
-    paths = sorted(paths)[-args.last:]
+    paths = sorted(paths, key=lambda p: (p.name.isdigit(), int(p.name) if p.name.isdigit() else 0, str(p)))
+    paths = paths[-args.last:]  # epochs/NNN last, in numeric order
     if not paths:
         raise CheckpointError(f"no checkpoints in {', '.join(args.checkpoints)}")
     model = _read_task(paths[0])[1].build_model()

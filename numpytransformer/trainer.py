@@ -8,7 +8,8 @@ throughput, checkpoints, the history) sits around those lines, not inside them.
 A run directory holds ``last/`` (the end of the latest epoch, with the optimiser, for
 ``--resume``), ``best/`` (the best validation score), ``history.json`` and ``curves.png``; with
 ``keep_epochs`` N, also ``epochs/NNN/`` for the last N epochs, and ``average/``, their mean,
-when it validates at least as well as ``best/`` (see :meth:`Trainer.average_kept`).
+when it validates at least as well as ``best/`` (see :meth:`Trainer.average_kept`); a resume
+that trains on drops an ``average/`` of the epochs before it.
 Resuming restarts at the epoch after ``last/`` with the weights, the optimiser and the
 dropout generator as they were, so the losses equal an uninterrupted run's.
 """
@@ -120,7 +121,8 @@ class Trainer:
         run = Counter()
         if self.epoch < cfg.epochs and (self.out_dir / "average").exists():
             shutil.rmtree(self.out_dir / "average")  # the average of epochs before this resume
-            self.log("removed average/: it averages epochs before this resume (the end of the run makes a new one)")
+            self.log("removed average/: it averages epochs before this resume (with --keep-epochs above 1, the end "
+                     "of the run averages again)")
         try:
             while self.epoch < cfg.epochs:
                 self.model.train()

@@ -193,6 +193,32 @@ def test_the_tagger_reads_its_output_off_and_refuses_a_beam(tmp_path, capsys):
     assert code == 0 and f'predict --checkpoint {out} "3 5 4"' in shown  # a suggestion that fits --max-len 3
     code, shown, err = _run(["predict", "--checkpoint", str(out), "--beam", "2", "1 2"], capsys)
     assert code == 2 and "does not search its output; leave --beam out" in err
+    # A checkpoint whose settings this version refuses (an earlier one saved --tie for a tagger) names its file.
+    js = out / "best" / "checkpoint.json"
+    doc = json.loads(js.read_text())
+    doc["task"]["model"]["tie_embeddings"] = True
+    js.write_text(json.dumps(doc))
+    code, shown, err = _run(["predict", "--checkpoint", str(out / "best"), "1 2"], capsys)
+    assert code == 2 and err.startswith(f"error: {js}: this version refuses its model settings (tie_embeddings")
+
+
+def test_a_new_run_may_replace_what_a_run_killed_in_its_first_save_left(tmp_path, capsys):
+    out = tmp_path / "run"
+    (out / "best").mkdir(parents=True)
+    (out / "last").mkdir()
+    (out / ".DS_Store").write_text("")
+    assert _run(TINY + ["--out", str(out)], capsys)[0] == 0
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("precious")
+    code, shown, err = _run(TINY + ["--out", str(tmp_path / "mine")], capsys)
+    assert code == 2 and "holds files but no run (notes.txt)" in err
+
+
+def test_standard_input_reads_windows_line_ends_and_a_byte_order_mark(monkeypatch):
+    from numpytransformer.cli import read_stdin
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\ufeffJULIET:\r\nO Romeo\r\n"))
+    assert read_stdin() == "JULIET:\nO Romeo\n"
 
 
 def test_tie_is_refused_by_the_models_without_a_target_embedding(tmp_path, capsys):
@@ -350,7 +376,7 @@ BAD = [
     (["train", "reverse", "--min-len", "5", "--max-len", "3", "--out", "{new}"],
      "--max-len 3 is less than --min-len 5"),
     (["train", "reverse", "--out", "{run}/history.json"], "is a file; expected a run directory"),
-    (["train", "reverse", "--out", "{run}/best"], "--out {run}/best holds files but no run: choose a new or empty"),
+    (["train", "reverse", "--out", "{run}/best"], "--out {run}/best holds files but no run (checkpoint.json, weights-"),
     (["sweep", "--out", "{run}/history.json"], "--out {run}/history.json is a file; expected a folder"),
     (["train", "reverse", "--resume", "--out", "{new}"], "--resume: --out {new} holds no run to continue"),
     (["train", "translate", "--bpe-merges", "-1", "--out", "{new}"], "--bpe-merges must be from 0 to 1000000"),

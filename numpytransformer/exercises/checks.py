@@ -264,8 +264,8 @@ def judge_pair(g: Grader, eid: str, got: dict, exp: dict) -> None:
     if eid == "3.1":
         dW, right = got.get("c0.dW"), exp["c0.dW"]
         # A multiple of the right row is a factor (the scale), which the relative error already names.
-        if dW is not None and dW.shape == right.shape and not np.allclose(dW[2], right[2]) and \
-                not np.allclose(dW[2] * (right[2] @ right[2]), right[2] * (dW[2] @ right[2])):
+        if dW is not None and dW.shape == right.shape and not np.allclose(dW[2], right[2]) and (
+                not np.any(dW[2]) or not np.allclose(dW[2] * (right[2] @ right[2]), right[2] * (dW[2] @ right[2]))):
             g.fail(f"dW[2] is {np.round(dW[2], 4).tolist()}, expected {np.round(right[2], 4).tolist()}: id 2 appears "
                    "3 times, each adding scale * dout; repeated ids must accumulate (np.add.at), not overwrite "
                    "(lesson 3 §3)")

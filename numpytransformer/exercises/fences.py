@@ -393,7 +393,7 @@ what they return with reference values: gradients with float64 finite difference
 values and optimiser states with the library's. It prints one line per exercise:
 
     4.2 attention_backward ... passed (largest relative error 3.1e-11, tolerance 1e-7)
-    4.2 attention_backward ... not yet implemented
+    4.2 attention_backward ... not yet implemented (the raise at numpytransformer/attention.py:NN)
     5.2 multihead_attention_backward ... not yet implemented (needs Exercise 4.2 first)
     4.2 attention_backward ... FAILED: dk: relative error 2.3e-01 (tolerance 1e-5) [causal mask, ...]; ...
 

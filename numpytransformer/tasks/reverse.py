@@ -50,12 +50,9 @@ class ReverseData:
         check_fields(self)
         if self.max_len < self.min_len:
             raise NumpyTransformerError(f"--max-len {self.max_len} is less than --min-len {self.min_len}")
-        wanted, exist = self.n_train + self.n_val + self.n_test, 0
-        for length in range(self.min_len, self.max_len + 1):  # stops early: the count grows fast
-            exist += self.n_symbols ** length
-            if exist >= wanted:
-                break
-        else:
+        wanted = self.n_train + self.n_val + self.n_test
+        exist = sum(self.n_symbols ** length for length in range(self.min_len, self.max_len + 1))
+        if wanted > exist:
             raise NumpyTransformerError(f"--n-train + --n-val + --n-test is {wanted} sequences; only {exist} "
                                         f"distinct ones of --n-symbols {self.n_symbols}, lengths {self.min_len}-"
                                         f"{self.max_len} exist")
