@@ -325,6 +325,36 @@ def test_load_imdb_errors(tmp_path):
         load_imdb("train", data_dir=tmp_path)
 
 
+def test_damaged_data_files_are_one_error_naming_the_file(tmp_path, monkeypatch):
+    """Not gzip, cut short, not UTF-8: each is a NumpyTransformerError (one line on the command line)
+    that names the file and what it should be, not a traceback."""
+    from numpytransformer.datasets.shakespeare import load_text
+    from numpytransformer.errors import NumpyTransformerError
+
+    m30k = tmp_path / "multi30k"
+    m30k.mkdir()
+    (m30k / "val.de.gz").write_bytes(b"Zwei Hunde\n")  # not compressed
+    _write_gz(m30k / "val.en.gz", "Two dogs\n")
+    with pytest.raises(NumpyTransformerError, match=r"val.de.gz cannot be read \(BadGzipFile.*expected gzip-compressed"):
+        load_multi30k("val", data_dir=tmp_path)
+    whole = gzip.compress("Zwei Hunde\n".encode() * 1000)
+    (m30k / "val.de.gz").write_bytes(whole[:len(whole) // 2])  # cut short
+    with pytest.raises(NumpyTransformerError, match=r"val.de.gz cannot be read \(EOFError"):
+        load_multi30k("val", data_dir=tmp_path)
+    (tmp_path / "imdb").mkdir()
+    (tmp_path / "imdb" / "imdb.csv.gz").write_bytes(gzip.compress("review,sentiment,split\nTrès bon,positive,train\n"
+                                                                  .encode("latin-1")))
+    with pytest.raises(NumpyTransformerError, match=r"imdb.csv.gz cannot be read \(UnicodeDecodeError.*UTF-8 CSV"):
+        load_imdb("train", data_dir=tmp_path)
+    (tmp_path / "tinyshakespeare").mkdir()
+    (tmp_path / "tinyshakespeare" / "input.txt").write_bytes("Très bien\n".encode("latin-1"))
+    with pytest.raises(NumpyTransformerError, match=r"input.txt cannot be read \(UnicodeDecodeError"):
+        load_text(tmp_path)
+    monkeypatch.setenv(DATA_ENV, "~nosuchuser_xyz/data")
+    with pytest.raises(NumpyTransformerError, match="NUMPYTRANSFORMER_DATA ~nosuchuser_xyz/data"):
+        default_data_dir()
+
+
 #: (split, folder, file name, text) of a tiny extracted aclImdb_v1.tar.gz; id 10 sorts after 2 as a number.
 ACL_FILES = [
     ("train", "pos", "10_7.txt", "Fourth positive."),

@@ -267,6 +267,15 @@ def trained(synthetic_dir, tmp_path_factory):
     return task, model, metrics
 
 
+def test_a_data_file_without_test_reviews_is_refused_not_scored_as_nan(trained, tmp_path):
+    task, model, _ = trained
+    rng = np.random.default_rng(0)
+    no_test = write_imdb_csv(tmp_path, {"train": [(synthetic_review(rng, i % 2), i % 2) for i in range(400)]})
+    again = SentimentTask(task.data, task.model, data_dir=no_test, state=task.state)
+    with pytest.raises(NumpyTransformerError, match="there are no reviews to score"):
+        again.test_report(model)
+
+
 def test_synthetic_reviews_are_learned(trained):
     task, model, metrics = trained
     assert set(metrics) == {"val_loss", "accuracy"} and metrics["accuracy"] >= 0.9

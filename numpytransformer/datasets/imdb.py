@@ -33,7 +33,8 @@ from typing import List, Sequence, Tuple, Union
 
 import numpy as np
 
-from .paths import missing_file_error, resolve_data_dir
+from ..errors import NumpyTransformerError
+from .paths import missing_file_error, reading, resolve_data_dir
 
 #: Where to download the original data set.
 SOURCE = ("Stanford's Large Movie Review Dataset page, https://ai.stanford.edu/~amaas/data/sentiment/ "
@@ -129,15 +130,15 @@ def _read_csv(path: Path, split: str) -> Tuple[List[str], List[int]]:
     csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
     texts: List[str] = []
     labels: List[int] = []
-    with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
+    with reading(path, "a gzip-compressed UTF-8 CSV"), gzip.open(path, "rt", encoding="utf-8", newline="") as f:
         reader = csv.reader(f)
         header = next(reader, None)
         if header is None or any(c not in header for c in _COLUMNS):
-            raise ValueError(f"load_imdb: {path} has header {header}; expected the columns {list(_COLUMNS)}")
+            raise NumpyTransformerError(f"load_imdb: {path} has header {header}; expected the columns {list(_COLUMNS)}")
         i_review, i_sentiment, i_split = (header.index(c) for c in _COLUMNS)
         for row_number, row in enumerate(reader, start=2):
             if len(row) < len(header):
-                raise ValueError(
+                raise NumpyTransformerError(
                     f"load_imdb: {path} record {row_number} has {len(row)} fields; "
                     f"expected {len(header)} (the columns {header})"
                 )
@@ -145,7 +146,7 @@ def _read_csv(path: Path, split: str) -> Tuple[List[str], List[int]]:
                 continue
             label = _LABELS.get(row[i_sentiment])
             if label is None:
-                raise ValueError(
+                raise NumpyTransformerError(
                     f"load_imdb: {path} record {row_number} has sentiment {row[i_sentiment]!r}; "
                     "expected 'positive' or 'negative'"
                 )
@@ -175,13 +176,13 @@ def _read_folder(root: Path, split: str) -> Tuple[List[str], List[int]]:
                 continue
             m = _REVIEW_FILE.match(path.name)
             if m is None:
-                raise ValueError(f"load_imdb: {path} is not named <id>_<rating>.txt as the archive's reviews are")
+                raise NumpyTransformerError(f"load_imdb: {path} is not named <id>_<rating>.txt as the archive's reviews are")
             files.append((int(m.group(1)), path))
         if not files:
-            raise ValueError(f"load_imdb: {folder} holds no <id>_<rating>.txt review files")
+            raise NumpyTransformerError(f"load_imdb: {folder} holds no <id>_<rating>.txt review files")
         for _, path in sorted(files):
             # newline="" keeps the text exactly as stored, as the CSV reader does.
-            with open(path, encoding="utf-8", newline="") as f:
+            with reading(path, "a UTF-8 text file"), open(path, encoding="utf-8", newline="") as f:
                 texts.append(f.read())
             labels.append(label)
     return texts, labels

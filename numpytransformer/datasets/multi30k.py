@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 from typing import List, Tuple, Union
 
-from .paths import missing_file_error, resolve_data_dir
+from ..errors import NumpyTransformerError
+from .paths import missing_file_error, reading, resolve_data_dir
 
 #: Split name -> file stem in the raw data.
 SPLIT_FILES = {"train": "train", "val": "val", "test": "test_2016_flickr"}
@@ -24,7 +25,7 @@ SOURCE = "the public Multi30K repository https://github.com/multi30k/dataset (fo
 def _read_lines(path: Path) -> List[str]:
     # Iterating the file splits on newlines only; str.splitlines would also split on
     # rare Unicode separators inside a sentence and break the line alignment.
-    with gzip.open(path, "rt", encoding="utf-8") as f:
+    with reading(path, "gzip-compressed UTF-8 text, a sentence a line"), gzip.open(path, "rt", encoding="utf-8") as f:
         return [line.rstrip("\r\n") for line in f]
 
 
@@ -76,7 +77,7 @@ def load_multi30k(
 
     src, tgt = (_read_lines(p) for p in paths)
     if len(src) != len(tgt):
-        raise ValueError(
+        raise NumpyTransformerError(
             f"load_multi30k: {paths[0]} has {len(src)} lines but {paths[1]} has {len(tgt)}; "
             "expected the same number (line i of one is the translation of line i of the other)"
         )

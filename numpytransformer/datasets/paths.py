@@ -10,9 +10,13 @@ The data are never copied into the repository. A loader finds them, in order:
 
 from __future__ import annotations
 
+import contextlib
 import os
+import zlib
 from pathlib import Path
 from typing import Optional, Sequence, Union
+
+from ..errors import NumpyTransformerError
 
 #: Name of the environment variable that points at the data folder.
 DATA_ENV = "NUMPYTRANSFORMER_DATA"
@@ -33,7 +37,7 @@ def default_data_dir() -> Optional[Path]:
     """
     env = os.environ.get(DATA_ENV, "").strip()
     if env:
-        return Path(env).expanduser()
+        return _expand(env, f"${DATA_ENV}")
     if _FALLBACK_DIR.is_dir():
         return _FALLBACK_DIR
     return None
@@ -42,8 +46,27 @@ def default_data_dir() -> Optional[Path]:
 def resolve_data_dir(data_dir: Union[str, os.PathLike, None]) -> Optional[Path]:
     """Return ``data_dir`` as a path, or :func:`default_data_dir` when it is ``None``."""
     if data_dir is not None:
-        return Path(data_dir).expanduser()
+        return _expand(data_dir, "--data-dir")
     return default_data_dir()
+
+
+def _expand(path, name: str) -> Path:
+    try:
+        return Path(path).expanduser()
+    except RuntimeError as e:  # "~someone" of no known user
+        raise NumpyTransformerError(f"{name} {path}: {e}") from None
+
+
+@contextlib.contextmanager
+def reading(path: Path, expected: str):
+    """Errors of reading the data file ``path`` as one error naming it and what it should be:
+    not gzip, a truncated or damaged file, text that is not UTF-8."""
+    try:
+        yield
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise NumpyTransformerError(f"{path} cannot be read ({type(e).__name__}: {e}); expected {expected}") from None
 
 
 def missing_file_error(path: Union[Path, Sequence[Path], None], what: str, source: str) -> FileNotFoundError:

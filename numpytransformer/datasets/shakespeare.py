@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import NumpyTransformerError
 from ..text import BPE
-from .paths import missing_file_error, resolve_data_dir
+from .paths import missing_file_error, reading, resolve_data_dir
 
 __all__ = ["SOURCE", "load_text", "split_text", "text_digest", "CharTokenizer", "BPETokenizer", "chunks",
            "tokenizer_from_dict"]
@@ -44,7 +44,8 @@ def load_text(data_dir=None) -> str:
     path = None if root is None else root / RELATIVE_PATH
     if path is None or not path.is_file():
         raise missing_file_error(path, "Tiny Shakespeare", SOURCE)
-    return path.read_text(encoding="utf-8")
+    with reading(path, "UTF-8 text"):
+        return path.read_text(encoding="utf-8")
 
 
 def split_text(text: str, train_fraction: float = 0.9) -> Tuple[str, str]:

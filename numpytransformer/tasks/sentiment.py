@@ -161,6 +161,8 @@ class SentimentTask(Task):
         return probs
 
     def scores(self, model, ids, labels) -> Dict[str, float]:
+        if not len(labels):  # a data file without this split's reviews
+            raise NumpyTransformerError("there are no reviews to score: the data holds none of this split")
         probs = self.probabilities(model, ids)
         p_true = probs[np.arange(len(labels)), labels]
         return {"loss": float(-np.mean(np.log(np.maximum(p_true, 1e-300)))),

@@ -11,6 +11,7 @@ decode greedily or with beam search, and score with BLEU two ways:
 """
 from __future__ import annotations
 
+import hashlib
 import sys
 from dataclasses import dataclass
 from functools import cached_property
@@ -117,6 +118,12 @@ class TranslationTask(Task):
             min_freq = d.min_freq if d.tokenizer == "word" else 1  # so no <unk> is ever a training target
             state[f"{side}_vocab"] = Vocab.build([tok.tokenize(t) for t in texts], min_freq=min_freq).to_dict()
         return state
+
+    def data_summary(self) -> dict:
+        """Pair counts and a digest of the training and validation pairs."""
+        train, val = self.pairs["train"], self.pairs["val"]
+        text = "\n".join(f"{a}\t{b}" for a, b in train + val)
+        return {"train_pairs": len(train), "val_pairs": len(val), "sha256": hashlib.sha256(text.encode()).hexdigest()}
 
     def encode_src(self, text: str) -> np.ndarray:
         return np.array(self.src_vocab.encode(self.src_tok.tokenize(text)), dtype=np.int64)
