@@ -383,6 +383,8 @@ BAD = [
     (["train", "translate", "--max-number", "99", "--n-train", "200", "--out", "{new}"],
      "--n-train + --n-val + --n-test is 1700 numbers; 0..--max-number 99 holds only 100"),
     (["train", "translate", "--dataset", "wmt", "--out", "{new}"], "usage: argument --dataset: invalid choice"),
+    (["train", "translate", "--dataset", "multi30k", "--n-train", "50", "--out", "{new}"],
+     "--n-train: for the number words only; Multi30K's splits are fixed"),
     (["train", "sentiment", "--vocab-size", "3", "--out", "{new}"], "--vocab-size must be from 5 to 10000000, got 3"),
     (["train", "sentiment", "--val-fraction", "1", "--out", "{new}"], "--val-fraction must be from 0.001 to 0.999"),
     (["train", "nonsense"], "usage: argument TASK: invalid choice"),

@@ -276,6 +276,11 @@ def test_a_data_file_without_test_reviews_is_refused_not_scored_as_nan(trained, 
         again.test_report(model)
 
 
+def test_more_training_reviews_than_the_data_holds_is_refused(synthetic_dir):
+    with pytest.raises(NumpyTransformerError, match="--n-train 5000 is more than the 400 training reviews"):
+        make_task(synthetic_dir, n_train=5000)
+
+
 def test_synthetic_reviews_are_learned(trained):
     task, model, metrics = trained
     assert set(metrics) == {"val_loss", "accuracy"} and metrics["accuracy"] >= 0.9

@@ -279,6 +279,8 @@ def train_val_texts(data_dir, n_train, val_fraction: float, seed: int):
     ``n_train`` (None: all 25,000) draws a stratified subset before the split.
     """
     texts, labels = load_imdb("train", data_dir, clean=True)
+    if n_train is not None and n_train > len(labels):
+        raise NumpyTransformerError(f"--n-train {n_train} is more than the {len(labels):,} training reviews in the data")
     pick = sample_stratified(labels, n_train, seed)
     tr_t, tr_y, va_t, va_y = train_val_split([texts[i] for i in pick], labels[pick], val_fraction, seed)
     seen = set(tr_t)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Dict, List, Optional, Sequence
 
@@ -27,7 +27,7 @@ from ..datasets.numbers import make_number_pairs
 from ..decoding import beam_search, greedy_decode
 from ..errors import NumpyTransformerError
 from ..models import Transformer
-from ..settings import ModelSettings, check_fields, option
+from ..settings import ModelSettings, check_fields, flag_of, option
 from ..text import Tokenizer, Vocab, word_tokenize
 from ..trainer import TrainConfig
 from .base import Task
@@ -63,6 +63,11 @@ class TranslateData:
 
     def __post_init__(self):
         check_fields(self)
+        numbers_only = [flag_of(self, f.name) for f in fields(self)
+                        if f.name in ("n_train", "n_val", "n_test", "max_number") and getattr(self, f.name) != f.default]
+        if self.dataset == "multi30k" and numbers_only:
+            raise NumpyTransformerError(f"{', '.join(numbers_only)}: for the number words only; Multi30K's splits are "
+                                        "fixed (29,000, 1,014 and 1,000 pairs)")
         if self.dataset == "numbers" and self.n_train + self.n_val + self.n_test > self.max_number + 1:
             raise NumpyTransformerError(f"--n-train + --n-val + --n-test is {self.n_train + self.n_val + self.n_test} "
                                         f"numbers; 0..--max-number {self.max_number} holds only {self.max_number + 1}")
