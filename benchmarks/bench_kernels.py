@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from bench_step import CONFIGS, BenchConfig, train_step_flops  # noqa: E402
+from bench_step import CONFIGS, GEMM_N, BenchConfig, gemm_times, train_step_flops  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -157,16 +157,10 @@ def bench_loss(rounds: int):
 
 
 def gemm_peak(rounds: int) -> float:
-    """GFLOP/s of a float32 2048^3 product, the median of ``rounds`` (CPU time)."""
-    a, b = np.random.default_rng(0).standard_normal((2, 2048, 2048), dtype=np.float32)
+    """GFLOP/s of the float32 (GEMM_N, GEMM_N) product ``bench_step.py`` calls the peak, median CPU time."""
+    a, b = np.random.default_rng(0).standard_normal((2, GEMM_N, GEMM_N), dtype=np.float32)
     c = np.empty_like(a)
-    np.matmul(a, b, out=c)
-    times = []
-    for _ in range(rounds):
-        t0 = time.process_time()
-        np.matmul(a, b, out=c)
-        times.append(time.process_time() - t0)
-    return 2 * 2048 ** 3 / statistics.median(times) / 1e9
+    return 2 * GEMM_N ** 3 / statistics.median(gemm_times(lambda: np.matmul(a, b, out=c), rounds)["cpu"]) / 1e9
 
 
 def main() -> int:

@@ -228,11 +228,11 @@ def average_checkpoints(paths, model) -> dict:
     if not paths:
         raise CheckpointError("no checkpoints to average")
     total = {k: np.zeros(p.shape) for k, p in model.parameters().items()}  # in float64
-    first = None
-    for path in paths:
+    for i, path in enumerate(paths):
         doc = load_checkpoint(path, model)  # checks each against the model's config
-        first = first or doc
-        if doc["task"] != first["task"]:
+        if i == 0:
+            task = doc["task"]
+        elif doc["task"] != task:
             raise CheckpointError(f"{path} was trained on another task or data than {paths[0]}; average "
                                   "checkpoints of one run")
         for k, p in model.parameters().items():

@@ -19,7 +19,7 @@ from .errors import NumpyTransformerError
 from .settings import ModelSettings, add_flags, flag_of, given_values, whole_number
 from .tasks.base import TASKS, task_class, task_from_dict
 from .tasks.reverse import ReversalTask, ReverseData
-from .trainer import TrainConfig, Trainer
+from .trainer import TrainConfig, Trainer, kept_epochs
 
 __all__ = ["main", "build_parser", "load_for_inference"]
 
@@ -53,6 +53,14 @@ def _read_task(ck: Path, data_dir: Optional[str] = None, for_resume: bool = Fals
         raise CheckpointError(f"{ck / 'checkpoint.json'}: field task: {e}") from None
 
 
+def _build_model(ck: Path, task):
+    """The task's model for the checkpoint ``ck``; settings an earlier version accepted name the file."""
+    try:
+        return task.build_model()
+    except NumpyTransformerError as e:
+        raise CheckpointError(f"{ck / 'checkpoint.json'}: this version refuses its model settings ({e})") from None
+
+
 def load_for_inference(path: str, data_dir: Optional[str] = None, need: Optional[str] = None, beam: int = 1):
     """``(task, model, checkpoint path)``, the model in eval mode; ``need`` names the task the
     command requires (``translate`` needs a translation checkpoint), and a ``beam`` above 1
@@ -65,10 +73,7 @@ def load_for_inference(path: str, data_dir: Optional[str] = None, need: Optional
     if beam > 1 and not task.searches:
         raise NumpyTransformerError(f"--beam {beam}: the {task.name} model does not search its output; "
                                     "leave --beam out")
-    try:
-        model = task.build_model()
-    except NumpyTransformerError as e:  # settings an earlier version accepted
-        raise CheckpointError(f"{ck / 'checkpoint.json'}: this version refuses its model settings ({e})") from None
+    model = _build_model(ck, task)
     load_checkpoint(ck, model, doc=doc)
     model.eval()
     return task, model, ck
@@ -157,7 +162,7 @@ def cmd_train(args) -> None:
 # ---- using a checkpoint ---------------------------------------------------------------------
 def cmd_eval(args) -> None:
     task, model, ck = load_for_inference(args.checkpoint, args.data_dir, beam=args.beam)
-    print(f"{ck}: {_fmt(task.evaluate(model, n=args.n or 0, seed=args.seed, beam=args.beam))}")  # 0: the task's
+    print(f"{ck}: {_fmt(task.evaluate(model, n=args.n, seed=args.seed, beam=args.beam))}")
 
 
 def cmd_predict(args) -> None:
@@ -199,12 +204,14 @@ def cmd_average(args) -> None:
     paths = []
     for p in map(Path, args.checkpoints):  # a checkpoint, a folder of them, or a run (its epochs/)
         p = p / "epochs" if (p / "last" / "checkpoint.json").is_file() else p
-        paths += [p] if (p / "checkpoint.json").is_file() else [ck.parent for ck in p.glob("*/checkpoint.json")]
-    paths = sorted(paths, key=lambda p: (p.name.isdigit(), int(p.name) if p.name.isdigit() else 0, str(p)))
-    paths = paths[-args.last:]  # epochs/NNN last, in numeric order
+        if (p / "checkpoint.json").is_file():
+            paths.append(p)
+        else:  # a run's kept epochs in numeric order, else the folder's checkpoints by name
+            paths += kept_epochs(p) or sorted(ck.parent for ck in p.glob("*/checkpoint.json"))
+    paths = paths[-args.last:]
     if not paths:
         raise CheckpointError(f"no checkpoints in {', '.join(args.checkpoints)}")
-    model = _read_task(paths[0])[1].build_model()
+    model = _build_model(paths[0], _read_task(paths[0])[1])
     doc = average_checkpoints(paths, model)
     meta = {k: doc[k] for k in ("task", "data", "train", "step", "epoch", "best_score", "history")}
     save_checkpoint(args.out, model, meta)
@@ -267,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = _command(sub, "eval", cmd_eval, "metrics of a checkpoint on held-out data", aliases=["evaluate"])
     ev.add_argument("--checkpoint", **CHECKPOINT)
-    ev.add_argument("--n", type=whole_number(0, 10 ** 7, "0 (all) or a count up to 10000000"), default=None,
+    ev.add_argument("--n", type=whole_number(0, 10 ** 7, "0 (all) or a count up to 10000000"), default=0,
                     help="how many held-out examples (default: the task's; 0: all of a test split, or the "
                          "default count of generated ones)")
     ev.add_argument("--seed", type=SEED, default=1, help="seed of the fresh sample (default %(default)s)")
@@ -301,8 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     av = _command(sub, "average", cmd_average, "average the weights of the last epochs of a run", description=(
         "Average checkpoints of one run (train with --keep-epochs N, then average OUT/epochs) into a new checkpoint."))
-    av.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT", help="checkpoint directories, a folder of them, or a run directory (its epochs/)")
-    av.add_argument("--last", type=POSITIVE, default=1000, help="only the last N of them (by name)")
+    av.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT",
+                    help="checkpoint directories, a folder of them, or a run directory (its epochs/)")
+    av.add_argument("--last", type=POSITIVE, default=1000, help="only the last N of them (epochs in numeric order)")
     av.add_argument("--out", required=True, help="the new checkpoint directory")
 
     sw = _command(sub, "sweep", cmd_sweep, "ablation on reversal: which design choice matters most", description=(

@@ -25,10 +25,10 @@ from .embedding import Embedding
 from .errors import NumpyTransformerError
 from .layernorm import LayerNorm
 from .layers import EncoderLayer
-from .models import OutputProjection, _Model
+from .models import OutputProjection, _Model, check_kv_caches
 from .module import ModuleList
 from .positional import LearnedPositionalEmbedding, PositionalEncoding
-from .validation import check_ids, check_int, inputs_checked
+from .validation import check_ids, inputs_checked
 
 __all__ = ["GPTBlock", "TransformerLM", "prefix_mask"]
 
@@ -71,6 +71,8 @@ class TransformerLM(_Model):
     >>> model = TransformerLM(cfg)
     >>> logits = model.forward(ids)   # (B, T) ids -> (B, T, 65)
     """
+
+    ties_embeddings = learns_positions = True
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
@@ -135,20 +137,8 @@ class TransformerLM(_Model):
         ``forward`` on the whole sequence so far, in eval mode (no dropout).
         """
         ids = check_ids(ids, "ids", self.cfg.src_vocab_size, None)
-        position = check_int(position, "position", 0, self.cfg.max_len - 1)
-        n = len(self.layers)
-        if not isinstance(kv_caches, (list, tuple)) or len(kv_caches) != n or \
-                not all(isinstance(c, dict) for c in kv_caches):
-            raise NumpyTransformerError(f"kv_caches must be a list of {n} dicts, one per layer (start with "
-                                        f"model.new_kv_caches()), got {type(kv_caches).__name__}")
-        for i, cache in enumerate(kv_caches):
-            held = cache["k"].shape[2] if "k" in cache else 0
-            if held != position:
-                raise NumpyTransformerError(f"position must be {held}, the number of positions already in "
-                                            f"kv_caches[{i}], got {position}")
-            if held and cache["k"].shape[0] != ids.shape[0]:
-                raise NumpyTransformerError(f"kv_caches[{i}] holds a batch of {cache['k'].shape[0]}, but ids has "
-                                            f"{ids.shape[0]} rows")
+        position = check_kv_caches(kv_caches, len(self.layers), position, self.cfg.max_len, ids.shape[0], None,
+                                   "model.new_kv_caches()")
         if position + ids.shape[1] > self.cfg.max_len:
             raise NumpyTransformerError(f"position {position} + {ids.shape[1]} new ids is past the context "
                                         f"max_len={self.cfg.max_len}")

@@ -1,7 +1,7 @@
 """The full encoder-decoder Transformer and two encoder-only models."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import ClassVar, Dict, List, Optional
 
 import numpy as np
 
@@ -149,25 +149,61 @@ class OutputProjection(Module):
         return dh
 
 
-def _cached_keys(cache: dict, part: str, i: int) -> Optional[np.ndarray]:
-    """The keys (B, H, L, D/H) that layer ``i``'s ``part`` ("self" or "cross") attention has cached, or None."""
-    sub = cache.get(part)
+def _cached_keys(cache: dict, part: Optional[str], i: int) -> Optional[np.ndarray]:
+    """The keys (B, H, L, D/H) that layer ``i``'s ``part`` ("self" or "cross") attention has cached,
+    or None; ``part`` None: ``cache`` is the attention's own cache (the GPT's layers have one)."""
+    sub = cache if part is None else cache.get(part)
     if sub is None:
         return None
     keys = sub.get("k") if isinstance(sub, dict) else None
     if not isinstance(sub, dict) or (keys is not None and (not isinstance(keys, np.ndarray) or keys.ndim != 4)):
-        raise NumpyTransformerError(f"kv_caches[{i}][{part!r}] is not a cache this model filled: "
-                                    "start from empty dicts and let decode_step fill them")
+        where = f"kv_caches[{i}]" + (f"[{part!r}]" if part else "")
+        raise NumpyTransformerError(f"{where} is not a cache this model filled: start from empty caches and let "
+                                    "the model fill them")
     return keys
 
 
+def check_kv_caches(kv_caches, n: int, position, max_len: int, B: int, part: Optional[str], start: str) -> int:
+    """``position`` as an int, after checking that ``kv_caches`` is one dict per layer (``n``), each
+    holding ``position`` positions of a batch of ``B`` in its ``part`` (see :func:`_cached_keys`);
+    ``start``: how to make empty ones, for the message."""
+    if not isinstance(kv_caches, (list, tuple)) or len(kv_caches) != n \
+            or not all(isinstance(c, dict) for c in kv_caches):
+        got = f"{len(kv_caches)} items" if isinstance(kv_caches, (list, tuple)) else type(kv_caches).__name__
+        raise NumpyTransformerError(f"kv_caches must be a list of {n} dicts, one per layer (start with {start}), "
+                                    f"got {got}")
+    position = check_int(position, "position", 0, max_len - 1)
+    for i, cache in enumerate(kv_caches):
+        keys = _cached_keys(cache, part, i)
+        held = 0 if keys is None else keys.shape[2]
+        if held != position:
+            raise NumpyTransformerError(f"position must be {held}, the number of positions already in "
+                                        f"kv_caches[{i}], got {position}")
+        if keys is not None and keys.shape[0] != B:
+            raise NumpyTransformerError(f"kv_caches[{i}] holds a batch of {keys.shape[0]}, but the new ids have "
+                                        f"{B} rows")
+    return position
+
+
 class _Model(Module):
-    """What the three models share: config, generators, checks of ``dlogits``."""
+    """What the models share: config, generators, checks of ``dlogits``."""
+
+    #: Whether the model has a target embedding to tie to its output projection (``tie_embeddings``),
+    #: and learned positions (``positions="learned"``): a config asking for what a model lacks is refused.
+    ties_embeddings: ClassVar[bool] = False
+    learns_positions: ClassVar[bool] = False
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         if not isinstance(cfg, TransformerConfig):
             raise NumpyTransformerError(f"cfg must be a TransformerConfig, got {type(cfg).__name__}")
+        name = type(self).__name__
+        if cfg.tie_embeddings and not self.ties_embeddings:
+            raise NumpyTransformerError(f"tie_embeddings (--tie) shares the target embedding with the output "
+                                        f"projection; a {name} has no target embedding: leave it False")
+        if cfg.positions != "sinusoidal" and not self.learns_positions:
+            raise NumpyTransformerError(f"positions={cfg.positions!r} is the language model's (TransformerLM); a "
+                                        f"{name} adds the paper's sinusoids: leave it 'sinusoidal'")
         self.cfg = cfg
         self.init_rng, self.rng = make_rngs(cfg.seed)
         self._out_shape = None
@@ -202,9 +238,10 @@ class Transformer(_Model):
     >>> logits = model.forward(src, tgt_in)   # (B, S), (B, T) ids -> (B, T, V)
     """
 
+    ties_embeddings = True
+
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
-        _refuse_learned_positions(cfg, "Transformer")
         self.encoder = Encoder(cfg, self.init_rng, self.rng)
         self.decoder = Decoder(cfg, self.init_rng, self.rng)
         tied = self.decoder.embedder.embed if cfg.tie_embeddings else None
@@ -285,22 +322,11 @@ class Transformer(_Model):
         return check_mask(src_mask, "src_mask", (B, self.cfg.n_heads, ids.shape[1], S))
 
     def _check_kv_caches(self, kv_caches, position, B: int, S: int) -> int:
-        """One dict per decoder layer, holding as many positions as ``position`` says, for this batch."""
+        """One dict per decoder layer, holding as many positions as ``position`` says, for this batch
+        and this memory."""
         n = self.cfg.n_decoder_layers
-        if not isinstance(kv_caches, (list, tuple)) or len(kv_caches) != n \
-                or not all(isinstance(c, dict) for c in kv_caches):
-            got = f"{len(kv_caches)} items" if isinstance(kv_caches, (list, tuple)) else type(kv_caches).__name__
-            raise NumpyTransformerError(f"kv_caches must be a list of {n} dicts, one per decoder layer "
-                                        f"(start with [{{}} for _ in range({n})]), got {got}")
-        position = check_int(position, "position", 0, self.cfg.max_len - 1)
+        position = check_kv_caches(kv_caches, n, position, self.cfg.max_len, B, "self", f"[{{}} for _ in range({n})]")
         for i, cache in enumerate(kv_caches):
-            keys = _cached_keys(cache, "self", i)
-            held = 0 if keys is None else keys.shape[2]
-            if held != position:
-                raise NumpyTransformerError(f"position must be {held}, the number of positions already in "
-                                            f"kv_caches[{i}], got {position}")
-            if keys is not None and keys.shape[0] != B:
-                raise NumpyTransformerError(f"kv_caches[{i}] holds a batch of {keys.shape[0]}, but tokens has {B} rows")
             cross = _cached_keys(cache, "cross", i)
             if cross is not None and (cross.shape[0], cross.shape[2]) != (B, S):
                 raise NumpyTransformerError(f"kv_caches[{i}] holds the keys of a memory with {cross.shape[0]} rows and "
@@ -315,18 +341,6 @@ class Transformer(_Model):
         self.encoder.backward(dmemory)
 
 
-def _refuse_learned_positions(cfg, model: str) -> None:
-    if cfg.positions != "sinusoidal":
-        raise NumpyTransformerError(f"positions={cfg.positions!r} is the language model's (TransformerLM); a {model} "
-                                    "adds the paper's sinusoids: leave it 'sinusoidal'")
-
-
-def _refuse_tie(cfg, model: str) -> None:
-    if cfg.tie_embeddings:
-        raise NumpyTransformerError(f"tie_embeddings (--tie) shares the target embedding with the output projection; "
-                                    f"a {model} has no target embedding: leave it False")
-
-
 class TransformerTagger(_Model):
     """Encoder-only model that predicts one output token per input position.
 
@@ -336,8 +350,6 @@ class TransformerTagger(_Model):
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
-        _refuse_tie(cfg, "TransformerTagger")
-        _refuse_learned_positions(cfg, "TransformerTagger")
         self.encoder = Encoder(cfg, self.init_rng, self.rng)
         self.out = Linear(cfg.d_model, cfg.tgt_vocab_size, self.init_rng, cfg.np_dtype)
 
@@ -360,8 +372,6 @@ class TransformerClassifier(_Model):
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
-        _refuse_tie(cfg, "TransformerClassifier")
-        _refuse_learned_positions(cfg, "TransformerClassifier")
         self.encoder = Encoder(cfg, self.init_rng, self.rng)
         self.out = Linear(cfg.d_model, cfg.n_classes, self.init_rng, cfg.np_dtype)
         self._pool_cache = None

@@ -22,7 +22,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from .errors import NumpyTransformerError
-from .validation import check_bool, check_int
+from .validation import check_bool, check_ids, check_int
 
 __all__ = ["next_token_probs", "top_k_filter", "top_p_filter", "sample_from", "generate"]
 
@@ -65,6 +65,11 @@ def next_token_probs(logits: np.ndarray, temperature: float = 1.0, top_k: Option
     if z.ndim != 1 or not z.size or np.isnan(z).any() or not (z < np.inf).all() or not (z > -np.inf).any():
         raise NumpyTransformerError(f"logits must be one non-empty row without NaN or +inf and with a finite "
                                     f"value, got shape {z.shape}")
+    return _probs(z, temperature, top_k, top_p)
+
+
+def _probs(z: np.ndarray, temperature: float, top_k: Optional[int], top_p: Optional[float]) -> np.ndarray:
+    """:func:`next_token_probs` of checked settings and float64 logits (generate's own, per token)."""
     if temperature == 0:
         probs = np.zeros_like(z)
         probs[int(np.argmax(z))] = 1.0
@@ -130,16 +135,8 @@ def generate(model, prompt: Sequence[int], tokens: int, temperature: float = 1.0
     seed, use_cache = check_int(seed, "seed", 0), check_bool(use_cache, "use_cache")
     if not hasattr(model, "new_kv_caches"):
         raise NumpyTransformerError(f"model must be a TransformerLM, got {type(model).__name__}")
-    arr = np.asarray(prompt)
-    if not arr.size:
-        raise NumpyTransformerError("prompt must hold at least one token id")
-    if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        raise NumpyTransformerError(f"prompt must be one sequence of integer token ids, got {arr.dtype} of shape "
-                                    f"{arr.shape}")
-    ids = [int(i) for i in arr]
-    V, max_len = model.cfg.src_vocab_size, model.cfg.max_len
-    if min(ids) < 0 or max(ids) >= V:
-        raise NumpyTransformerError(f"prompt holds an id outside the vocabulary [0, {V})")
+    ids = check_ids(prompt, "prompt", model.cfg.src_vocab_size, ndim=1).tolist()
+    max_len = model.cfg.max_len
     model.eval()
     rng = np.random.default_rng(seed)
     keep = max(max_len // 2, 1)
@@ -157,7 +154,7 @@ def generate(model, prompt: Sequence[int], tokens: int, temperature: float = 1.0
             cached = context.shape[1]
         else:
             logits = model.forward(context)[0, -1]
-        nxt = sample_from(next_token_probs(logits, temperature, top_k, top_p), rng)
+        nxt = sample_from(_probs(logits.astype(np.float64), temperature, top_k, top_p), rng)
         ids.append(nxt)
         out.append(nxt)
     return out

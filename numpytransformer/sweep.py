@@ -82,11 +82,11 @@ def run_sweep(runs: List[dict], out_dir, log: Callable[[str], None] = print) -> 
         if done.exists():
             try:
                 record = json.loads(done.read_text())
-                same = isinstance(record, dict) and all(record.get(k) == v for k, v in settings.items())
-                if same and not all(type(record.get(k)) in (int, float) for k in MEASURES):
-                    raise ValueError
             except ValueError:
-                raise NumpyTransformerError(f"{done} is damaged: delete it to train that run again") from None
+                record = None
+            same = isinstance(record, dict) and all(record.get(k) == v for k, v in settings.items())
+            if record is None or same and not all(type(record.get(k)) in (int, float) for k in MEASURES):
+                raise NumpyTransformerError(f"{done} is damaged: delete it to train that run again")
             if same:
                 records.append({**record, "name": run["name"], "factors": run["factors"]})
                 log(f"{head} already done")

@@ -31,7 +31,7 @@ from .errors import NumpyTransformerError
 from .optim import Adam, NoamSchedule, clip_grad_norm
 from .settings import check_fields, option
 
-__all__ = ["TrainConfig", "Trainer", "plot_history", "without_timing"]
+__all__ = ["TrainConfig", "Trainer", "kept_epochs", "plot_history", "without_timing"]
 
 
 @dataclass
@@ -167,7 +167,7 @@ class Trainer:
     def average_kept(self) -> None:
         """With ``keep_epochs`` > 1, average the kept epochs' weights; save them as ``average/``
         only if they validate at least as well as ``best/``, which they then replace for use."""
-        kept = self.kept_epochs()[-self.cfg.keep_epochs:] if self.cfg.keep_epochs > 1 else []
+        kept = kept_epochs(self.out_dir / "epochs")[-self.cfg.keep_epochs:] if self.cfg.keep_epochs > 1 else []
         if len(kept) < 2:
             return
         final = {k: p.copy() for k, p in self.model.parameters().items()}
@@ -182,12 +182,6 @@ class Trainer:
             self.save("average")
         for k, p in self.model.parameters().items():
             p[...] = final[k]
-
-    def kept_epochs(self) -> list:
-        """The checkpoints of ``keep_epochs``, ``OUT/epochs/NNN``, oldest first."""
-        folder = self.out_dir / "epochs"
-        epochs = [p for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
-        return sorted(epochs, key=lambda p: int(p.name))
 
     def _rates(self, meter: Counter) -> str:
         """Targets (and input tokens, where the task counts them) per second of training."""
@@ -221,7 +215,7 @@ class Trainer:
         self.saved_epoch = self.epoch
         if self.cfg.keep_epochs:  # for checkpoint averaging: OUT/epochs/007, the oldest beyond N removed
             self.save(f"epochs/{self.epoch:03d}")
-            for old in self.kept_epochs()[:-self.cfg.keep_epochs]:
+            for old in kept_epochs(self.out_dir / "epochs")[:-self.cfg.keep_epochs]:
                 shutil.rmtree(old)
         atomic_write(self.out_dir / "history.json", json.dumps(self.history, indent=1))
         shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
@@ -251,6 +245,14 @@ class Trainer:
         self.epoch = self.saved_epoch = doc["epoch"]
         self.history, self.best_score = doc["history"], doc["best_score"]
         self.log(f"resumed from {path} after epoch {self.epoch}, update {self.optimizer.t}")
+
+
+def kept_epochs(folder) -> list:
+    """The checkpoints that ``keep_epochs`` keeps in ``folder`` (a run's ``epochs/``), oldest first:
+    its subfolders named by an epoch number, in numeric order."""
+    folder = Path(folder)
+    epochs = [p for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
+    return sorted(epochs, key=lambda p: int(p.name))
 
 
 def plot_history(history: dict, path, log=print) -> None:

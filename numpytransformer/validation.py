@@ -68,6 +68,8 @@ def check_ids(ids, name: str, vocab_size: int, max_len: Optional[int] = None, nd
     (when given) a last axis of at most ``max_len`` or of exactly ``length``.
     """
     arr = as_array(ids, name)
+    if arr.size == 0:  # before the dtype, as np.asarray([]) is float64
+        raise NumpyTransformerError(f"{name} must hold at least one sequence and one position, got shape {arr.shape}")
     if arr.dtype == object or arr.dtype.kind not in "iu":
         if arr.dtype.kind == "f" and arr.size and np.isfinite(arr).all() and np.all(np.mod(arr, 1) == 0):
             hint = " (it holds whole numbers: convert with .astype(np.int64))"
@@ -79,7 +81,7 @@ def check_ids(ids, name: str, vocab_size: int, max_len: Optional[int] = None, nd
     if ndim is not None and arr.ndim != ndim:
         axes = " (batch, length)" if ndim == 2 else ""
         raise NumpyTransformerError(f"{name} must have {ndim} dimensions{axes}, got shape {arr.shape}")
-    if arr.ndim == 0 or arr.size == 0:
+    if arr.ndim == 0:
         raise NumpyTransformerError(f"{name} must hold at least one sequence and one position, got shape {arr.shape}")
     lo, hi = arr.min(), arr.max()
     if lo < 0 or hi >= vocab_size:

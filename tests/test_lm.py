@@ -439,15 +439,18 @@ def test_the_cached_forward_and_generate_check_their_arguments():
                                       (None, 0, "kv_caches must be a list of 2 dicts"),
                                       (model.new_kv_caches(), 3, "position must be 0, the number of positions already"),
                                       (model.new_kv_caches(), -1, r"position must be an integer in \[0, 5\]"),
-                                      (model.new_kv_caches(), 1.5, "position must be an integer")):
+                                      (model.new_kv_caches(), 1.5, "position must be an integer"),
+                                      ([{"k": [1]}, {}], 0, r"kv_caches\[0\] is not a cache this model filled")):
         with pytest.raises(NumpyTransformerError, match=message):
             model.forward_cached(ids, caches, position)
     caches = model.new_kv_caches()
     model.forward_cached(ids, caches, 0)
-    with pytest.raises(NumpyTransformerError, match="kv_caches.0. holds a batch of 1, but ids has 2 rows"):
+    with pytest.raises(NumpyTransformerError, match="kv_caches.0. holds a batch of 1, but the new ids have 2 rows"):
         model.forward_cached(np.array([[3], [4]]), caches, 2)
-    for kw, message in ((dict(prompt=[1.7, 2.2]), "prompt must be one sequence of integer token ids"),
-                        (dict(prompt=[[1, 2], [3, 4]]), "prompt must be one sequence of integer token ids"),
+    for kw, message in ((dict(prompt=[1.7, 2.2]), "prompt must be an array of integer token ids, got dtype float64"),
+                        (dict(prompt=[[1, 2], [3, 4]]), r"prompt must have 1 dimensions, got shape \(2, 2\)"),
+                        (dict(prompt=[]), "prompt must hold at least one sequence and one position"),
+                        (dict(prompt=[9]), r"prompt holds id 9, outside the vocabulary \[0, 7\)"),
                         (dict(seed=-1), "seed must be an integer >= 0"),
                         (dict(use_cache="no"), "use_cache must be True or False")):
         with pytest.raises(NumpyTransformerError, match=message):

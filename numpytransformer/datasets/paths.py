@@ -63,9 +63,9 @@ def reading(path: Path, expected: str):
     not gzip, a truncated or damaged file, text that is not UTF-8."""
     try:
         yield
+    except FileNotFoundError:
+        raise
     except (OSError, EOFError, zlib.error, UnicodeDecodeError) as e:
-        if isinstance(e, FileNotFoundError):
-            raise
         raise NumpyTransformerError(f"{path} cannot be read ({type(e).__name__}: {e}); expected {expected}") from None
 
 

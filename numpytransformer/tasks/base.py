@@ -45,8 +45,9 @@ class Task(ABC):
     predict_command: ClassVar[str] = "predict"
     #: How many examples ``eval`` scores by default (0: the whole test split).
     default_eval_n: ClassVar[int] = 1000
-    #: Whether the model's output is searched (``--beam`` applies) rather than read off or sampled.
-    searches: ClassVar[bool] = True
+    #: Whether the model's output is searched (``--beam`` applies) rather than read off or sampled;
+    #: a task whose settings decide it sets it in ``__init__``.
+    searches: bool = True
     #: One line of ``--help``.
     summary: ClassVar[str] = ""
 

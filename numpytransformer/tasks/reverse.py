@@ -79,11 +79,7 @@ class ReversalTask(Task):
     def __init__(self, data, model, data_dir=None, state=None):
         super().__init__(data, model, data_dir, state)
         self.spec = ReverseTask(data.n_symbols, data.min_len, data.max_len)
-
-    @property
-    def searches(self) -> bool:
-        """The tagger reads its output off every position: no search, no ``--beam``."""
-        return self.data.formulation == "seq2seq"
+        self.searches = data.formulation == "seq2seq"  # the tagger reads its output off: no --beam
 
     # ---- data -----------------------------------------------------------------------
     @cached_property

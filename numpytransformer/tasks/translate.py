@@ -127,8 +127,10 @@ class TranslationTask(Task):
     def data_summary(self) -> dict:
         """Pair counts and a digest of the training and validation pairs."""
         train, val = self.pairs["train"], self.pairs["val"]
-        text = "\n".join(f"{a}\t{b}" for a, b in train + val)
-        return {"train_pairs": len(train), "val_pairs": len(val), "sha256": hashlib.sha256(text.encode()).hexdigest()}
+        h = hashlib.sha256()
+        for a, b in train + val:
+            h.update(f"{a}\t{b}\n".encode())
+        return {"train_pairs": len(train), "val_pairs": len(val), "sha256": h.hexdigest()}
 
     def encode_src(self, text: str) -> np.ndarray:
         return np.array(self.src_vocab.encode(self.src_tok.tokenize(text)), dtype=np.int64)
