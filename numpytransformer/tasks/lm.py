@@ -52,6 +52,12 @@ class LMData:
         check_fields(self)
 
 
+def perplexity(loss: float) -> float:
+    """``exp(loss)``, infinite where that exceeds the largest float (a loss above about 709 nats):
+    a diverged model's figure, to report, not a crash."""
+    return math.inf if loss > math.log(np.finfo(np.float64).max) else math.exp(loss)
+
+
 #: What ``predict`` generates for each input line.
 PREDICT_TOKENS, PREDICT_TEMPERATURE, PREDICT_TOP_K = 300, 0.8, 40
 NO_BEAM = "--beam must be 1 for the language model (it samples, it does not search)"
@@ -88,7 +94,7 @@ class LanguageModelTask(Task):
 
     def __init__(self, data, model: ModelSettings, data_dir: Optional[str] = None, state: Optional[dict] = None):
         super().__init__(data, model, data_dir, state)
-        self.tokenizer = tokenizer_from_dict(self.state.get("tokenizer"))  # a damaged saved state is refused here
+        self.tokenizer = tokenizer_from_dict(self.state.get("tokenizer"), "state.tokenizer")  # refuses a damaged one
 
     # ---- data ---------------------------------------------------------------------------
     @cached_property
@@ -151,7 +157,7 @@ class LanguageModelTask(Task):
             nats -= float(np.take_along_axis(logp, y[i:i + 64, :, None], axis=-1).sum())
         chars = int(self.tokenizer.lengths[y].sum())
         loss = nats / chars
-        return {"val_loss": loss, "neg_val_loss": -loss, "val_ppl": math.exp(loss), "val_bpc": loss / math.log(2),
+        return {"val_loss": loss, "neg_val_loss": -loss, "val_ppl": perplexity(loss), "val_bpc": loss / math.log(2),
                 "val_tokens": int(y.size), "val_chars": chars, "val_loss_per_token": nats / y.size}
 
     def validate(self, model) -> Dict[str, float]:
