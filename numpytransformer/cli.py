@@ -262,7 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
         cls = task_class(name)
         p = _command(tsub, name, cmd_train, cls.summary, description=f"{cls.__doc__.splitlines()[0]} Unset options "
                      "take the task's recipe; the defaults shown are the default data settings' (every run prints "
-                     "the settings it uses).")
+                     "the settings it uses). A recipe fixes its epochs, not its minutes: a slower machine takes "
+                     "longer for the same result (--max-minutes sets a limit of your own).")
         model, train_cfg = cls.recipe(cls.Data())
         add_flags(p, cls.Data, cls.Data(), "data")
         add_flags(p, ModelSettings, model, "model")

@@ -315,6 +315,28 @@ def test_help_lists_the_generated_flags_with_the_recipe_defaults(task, shown, ca
         assert line in text
 
 
+def test_recipes_fix_their_updates_not_their_minutes(capsys):
+    """No recipe stops on the clock: its result would then depend on the machine's speed.
+    Multi30K trains as many epochs as the runs that set its recipe reached, by direction."""
+    from numpytransformer.tasks.base import TASKS
+
+    variants = {"translate": [{}, {"dataset": "multi30k", "direction": "de-en"},
+                              {"dataset": "multi30k", "direction": "en-de"}],
+                "lm": [{}, {"tokenization": "char"}, {"corpus": "embedded"}],
+                "reverse": [{}, {"formulation": "tagger"}]}
+    for name in TASKS:
+        cls = task_class(name)
+        for kw in variants.get(name, [{}]):
+            train_cfg = cls.recipe(cls.Data(**kw))[1]
+            assert train_cfg.max_minutes == 0, (name, kw)
+    for direction, epochs in (("de-en", 17), ("en-de", 20)):
+        train_cfg = TranslationTask.recipe(task_class("translate").Data(dataset="multi30k", direction=direction))[1]
+        assert (train_cfg.epochs, train_cfg.keep_epochs) == (epochs, 5)
+    code, out, _ = _run(["train", "translate", "--help"], capsys)
+    text = " ".join(out.split())
+    assert code == 0 and "(0: no limit) (default: 0" in text and "a slower machine takes longer" in text
+
+
 def test_help_of_every_command_runs(capsys):
     text = " ".join(_run(["train", "--help"], capsys)[1].split())
     assert "reverse sequence reversal" in text and "translate translation: Multi30K de<->en" in text

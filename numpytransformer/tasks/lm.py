@@ -80,12 +80,11 @@ class LanguageModelTask(Task):
     def recipe(cls, data: LMData):
         """Two pre-LN blocks with tied weights, no dropout, a high Noam peak (about 7e-3 after 100 updates)
         and 16 windows of 128 tokens a batch; for the budgets a CPU gives, two blocks learn faster than four
-        (benchmarks/RESULTS.md). BPE (the default): 2,000 updates, 1.58 nats/char in 254 s of CPU time.
-        Characters: 5,000 updates, the last 20% cooling down to 0."""
+        (benchmarks/RESULTS.md). BPE (the default): 2,000 updates. Characters: 5,000 updates, the last 20%
+        cooling down to 0."""
         model = ModelSettings(d_model=128, n_heads=4, n_layers=2, d_ff=512, dropout=0.0, norm="pre",
                               tie_embeddings=True)
-        train = TrainConfig(epochs=4, lr_factor=0.8, warmup=100, label_smoothing=0.0, clip_norm=1.0, log_every=100,
-                            max_minutes=0)
+        train = TrainConfig(epochs=4, lr_factor=0.8, warmup=100, label_smoothing=0.0, clip_norm=1.0, log_every=100)
         if data.corpus == "embedded":  # the same, half as wide, with a higher peak rate
             return replace(model, d_model=64, d_ff=256), replace(train, lr_factor=1.0, warmup=50, log_every=50)
         if data.tokenization == "char":
