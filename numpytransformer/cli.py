@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, read_checkpoint_meta, save_checkpoint
+from .config import SEED_MAX
 from .errors import NumpyTransformerError
 from .settings import ModelSettings, add_flags, flag_of, given_values, whole_number
 from .tasks.base import TASKS, task_class, task_from_dict
@@ -234,7 +235,7 @@ def cmd_sweep(args) -> None:
 
 
 # ---- parser ---------------------------------------------------------------------------------
-SEED = whole_number(0, 2 ** 32 - 1)
+SEED = whole_number(0, SEED_MAX)
 POSITIVE = whole_number(1, 10 ** 6)
 
 # Arguments several commands take.
