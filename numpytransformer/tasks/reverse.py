@@ -18,7 +18,7 @@ import numpy as np
 
 from ..config import TransformerConfig
 from ..datasets.batching import pad_batch, teacher_forcing
-from ..datasets.reverse import ReverseTask, fresh_sequences, short_lengths, training_splits
+from ..datasets.reverse import SymbolSequences, fresh_sequences, short_lengths, training_splits
 from ..decoding import beam_search, greedy_decode
 from ..errors import NumpyTransformerError
 from ..metrics import sequence_metrics
@@ -78,7 +78,7 @@ class ReversalTask(Task):
 
     def __init__(self, data, model, data_dir=None, state=None):
         super().__init__(data, model, data_dir, state)
-        self.spec = ReverseTask(data.n_symbols, data.min_len, data.max_len)
+        self.spec = SymbolSequences(data.n_symbols, data.min_len, data.max_len)
         self.searches = data.formulation == "seq2seq"  # the tagger reads its output off: no --beam
 
     # ---- data -----------------------------------------------------------------------
