@@ -63,7 +63,8 @@ class Task(ABC):
     @classmethod
     @abstractmethod
     def recipe(cls, data) -> Tuple[ModelSettings, "TrainConfig"]:  # noqa: F821
-        """The default model and training settings for ``data`` (measured in benchmarks/RESULTS.md)."""
+        """The default model and training settings for ``data``. A recipe fixes its number of updates,
+        not a time budget, so that its result does not depend on the machine's speed."""
 
     def build_state(self) -> dict:
         """What is learned from the training data before training (vocabularies); JSON."""

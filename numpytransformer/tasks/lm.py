@@ -79,9 +79,9 @@ class LanguageModelTask(Task):
     @classmethod
     def recipe(cls, data: LMData):
         """Two pre-LN blocks with tied weights, no dropout, a high Noam peak (about 7e-3 after 100 updates)
-        and 16 windows of 128 tokens a batch; for the budgets a CPU gives, two blocks learn faster than four
-        (benchmarks/RESULTS.md). BPE (the default): 2,000 updates. Characters: 5,000 updates, the last 20%
-        cooling down to 0."""
+        and 16 windows of 128 tokens a batch; at the number of updates a CPU affords, two blocks learn more
+        than four. BPE (the default): 2,000 updates. Characters: 5,000 updates, the last 20% cooling down
+        to 0."""
         model = ModelSettings(d_model=128, n_heads=4, n_layers=2, d_ff=512, dropout=0.0, norm="pre",
                               tie_embeddings=True)
         train = TrainConfig(epochs=4, lr_factor=0.8, warmup=100, label_smoothing=0.0, clip_norm=1.0, log_every=100)

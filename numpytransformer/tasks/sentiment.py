@@ -81,7 +81,7 @@ class SentimentTask(Task):
     @classmethod
     def recipe(cls, data: SentimentData):
         # Two layers of d_model 128 reading 256 tokens overfitted after two epochs; one small
-        # layer that reads twice as much of each review did better (benchmarks/RESULTS.md).
+        # layer that reads twice as much of each review did better.
         return (ModelSettings(d_model=64, n_heads=4, n_layers=1, d_ff=128, dropout=0.3),
                 TrainConfig(epochs=4, lr_factor=0.5, warmup=500, label_smoothing=0.0, log_every=100))
 

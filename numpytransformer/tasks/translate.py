@@ -91,7 +91,7 @@ class TranslationTask(Task):
     default_eval_n = 0
     summary = "translation: Multi30K de<->en, or embedded number words"
 
-    #: Multi30K's epochs by direction: as many as the runs that set the recipe trained (benchmarks/RESULTS.md).
+    #: Multi30K's epochs by direction: as many as the runs that set the recipe trained.
     #: A fixed count, not a time budget, so that a slower machine takes longer for the same result; the schedule
     #: has no cool-down, so the first N epochs of a longer run are exactly an N-epoch run.
     MULTI30K_EPOCHS = {"de-en": 17, "en-de": 20}
