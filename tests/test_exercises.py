@@ -431,7 +431,8 @@ def test_edition_holds_the_repository_without_solutions(edition):
     for name in ("EXERCISES.md", "README.md", "setup.cfg", "pyproject.toml", "data/README.md",
                  "numpytransformer/__init__.py", "numpytransformer/datasets/__init__.py",
                  "numpytransformer/exercises/reference.npz",
-                 "benchmarks/results/sweep-reverse-seq2seq.json", "lessons/11_ablation.ipynb"):
+                 "benchmarks/results/sweep-reverse-seq2seq.json", "lessons/11_ablation.ipynb",
+                 "docs/cli.md", "docs/teaching.md"):
         assert (edition / name).is_file(), name
     assert not (edition / "tests").exists()
     assert not (edition / "lessons" / "INSTRUCTOR.md").exists()        # the answer keys stay with the teacher

@@ -289,7 +289,7 @@ def _write_notebook(path: Path, nb: dict) -> None:
 def build_edition(out_dir, pkg: Optional[Path] = None, solved=()) -> List[Fence]:
     """Copy the repository to ``out_dir`` with every fence cut out; returns the library fences.
 
-    Copies the package, ``lessons/`` and the files in ``_EXTRA_FILES`` that exist, cuts
+    Copies the package, ``lessons/``, ``docs/`` and the files in ``_EXTRA_FILES`` that exist, cuts
     the fences of the library and of the notebooks (except those of ``solved``, a list
     or a comma-separated string of exercise ids), stores the grader's reference values
     (``exercises/reference.npz``, numbers computed by this library) and writes
@@ -303,7 +303,7 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=()) -> List[Fence]
         raise BuildError(f"OUT_DIR {str(out)!r} is a file; give a new or empty directory")
     if out.exists() and any(out.iterdir()):
         raise BuildError(f"OUT_DIR {str(out)!r} is not empty; give a new or empty directory")
-    for inside in (pkg, root / "lessons"):
+    for inside in (pkg, root / "lessons", root / "docs"):
         if out.resolve() == inside or inside in out.resolve().parents:
             raise BuildError(f"OUT_DIR {str(out)!r} lies inside {inside}, which is copied; choose another place")
     try:
@@ -321,6 +321,8 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=()) -> List[Fence]
     shutil.copytree(pkg, out / pkg.name, ignore=_IGNORE)
     if (root / "lessons").is_dir():
         shutil.copytree(root / "lessons", out / "lessons", ignore=_IGNORE)
+    if (root / "docs").is_dir():  # the pages the README links to
+        shutil.copytree(root / "docs", out / "docs", ignore=_IGNORE)
     for name in _EXTRA_FILES:
         if (root / name).is_file():
             (out / name).parent.mkdir(parents=True, exist_ok=True)
