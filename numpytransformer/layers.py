@@ -51,6 +51,7 @@ class Residual(Module):
         ``(dx, dmemory)`` (cross-attention): the memory is not on the residual path,
         so its gradient is handed back as it is.
         """
+        ### BEGIN SOLUTION 7.2: dx (and dmemory) through a sublayer connection, pre- or post-LN, and back through the decoder's three sublayers
         if self.norm_first:  # out = x + drop(F(norm(x)))
             dsub, dmemory = _with_memory(sublayer_backward(self.drop.backward(dout)))
             dx = dout + self.norm.backward(dsub)
@@ -58,6 +59,7 @@ class Residual(Module):
             d = self.norm.backward(dout)
             dsub, dmemory = _with_memory(sublayer_backward(self.drop.backward(d)))
             dx = d + dsub
+        ### END SOLUTION
         return dx if dmemory is None else (dx, dmemory)
 
 
@@ -114,7 +116,9 @@ class DecoderLayer(Module):
     def backward(self, dout: np.ndarray):
         """Returns ``(dx, dmemory)``: the memory feeds every decoder layer, so the
         caller sums the ``dmemory`` of all layers."""
+        ### BEGIN SOLUTION 7.2: dx (and dmemory) through a sublayer connection, pre- or post-LN, and back through the decoder's three sublayers
         d = self.sub3.backward(dout, self.ffn.backward)
         d, dmemory = self.sub2.backward(d, self.cross_attn.backward)
         dx = self.sub1.backward(d, self.self_attn.backward)
+        ### END SOLUTION
         return dx, dmemory
