@@ -108,10 +108,10 @@ def greedy_decode(model, src: np.ndarray, max_len: int, bos_id: int = 1, eos_id:
 def _greedy(model, memory, src_mask, max_len, bos_id, eos_id, use_cache):
     B = memory.shape[0]
     max_len = min(max_len, model.cfg.max_len)
+    caches = [{"self": {"room": max_len}} for _ in range(model.cfg.n_decoder_layers)]  # room: never copied
     ### BEGIN SOLUTION 9.1: the greedy loop: the last position's logits (from the KV cache or the whole prefix), the argmax, EOS bookkeeping
     ys = np.full((B, 1), bos_id, dtype=np.int64)
     done = np.zeros(B, dtype=bool)
-    caches = [{"self": {"room": max_len}} for _ in range(model.cfg.n_decoder_layers)]  # room: never copied
     for t in range(max_len):
         if use_cache:
             logits = model._decode_step(ys[:, -1:], memory, src_mask, caches, position=t)[:, -1]

@@ -45,7 +45,11 @@ class Residual(Module):
         return self.norm(x + self.drop(sublayer(x)))
 
     def backward(self, dout: np.ndarray, sublayer_backward: Callable):
-        """The residual branch and the sublayer branch each carry gradient; they add.
+        """The gradient of a sublayer connection (lesson 6 §4).
+
+        .. solution-only::
+
+            The residual branch and the sublayer branch each carry gradient; they add.
 
         Returns ``dx``, or ``(dx, dmemory)`` when ``sublayer_backward`` returns
         ``(dx, dmemory)`` (cross-attention): the memory is not on the residual path,
