@@ -82,18 +82,18 @@ EXERCISES: List[Exercise] = [
              "hard", 45, 12),
     Exercise("9.1", "numpytransformer/decoding.py", "_greedy",
              "the greedy loop: the last position's logits (from the KV cache or the whole prefix), the argmax, EOS "
-             "bookkeeping", ("3.2", "4.1", "5.1"), "lesson 9 §1-2", "medium", 30, 6),
+             "bookkeeping", (), "lesson 9 §2, §4", "medium", 30, 6),
     Exercise("9.2", "numpytransformer/decoding.py", "_beam",
              "one beam step: finished beams kept, the K best of K*V candidates, their parents, lengths and "
-             "reordered caches", ("3.2", "4.1", "5.1"), "lesson 9 §3-4", "hard", 60, 10),
+             "reordered caches", (), "lesson 9 §3, §5", "hard", 60, 10),
     Exercise("11.1", "numpytransformer/sweep.py", "over_seeds",
              "train once per seed, then the mean, the sample std, the standard error and the 95% t-interval", (),
-             "lesson 11", "easy", 20, 6),
+             "lesson 11 §5", "easy", 20, 6),
     Exercise("12.2", "numpytransformer/sampling.py", "top_k_filter, top_p_filter, _probs, sample_from",
              "the distribution at temperature tau, cut to the top k and the top p, renormalised; one draw from it",
-             (), "lesson 12", "medium", 40, 10),
+             (), "lesson 12 §6", "medium", 40, 10),
     Exercise("12.3", "numpytransformer/lm.py", "lm_loss_forward, lm_loss_backward",
-             "the mean next-token loss (targets: ids shifted by one) and its gradient dlogits", (), "lesson 12",
+             "the mean next-token loss (targets: ids shifted by one) and its gradient dlogits", (), "lesson 12 §5",
              "medium", 25, 6),
 ]
 # Kept in lesson order (the list above grows at its end).

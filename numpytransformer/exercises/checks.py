@@ -455,7 +455,7 @@ def judge_greedy(g: Grader, eid: str, got: dict, exp: dict) -> None:
     if any("greedy_decode" in f for f in g.failures):
         g.fail("the stand-in model keeps the prefix in each layer's cache (under 'k' and 'v'): with use_cache, feed "
                "only the last token at position t; a sentence that produced EOS goes on with EOS and stops counting; "
-               "stop when every sentence is done (lesson 9 §1-2)")
+               f"stop when every sentence is done ({g.exercise.section})")
 
 
 def judge_beam(g: Grader, eid: str, got: dict, exp: dict) -> None:
@@ -465,7 +465,7 @@ def judge_beam(g: Grader, eid: str, got: dict, exp: dict) -> None:
     if any("beam_search" in f for f in g.failures):
         g.fail("a finished beam extends only with EOS at no cost; the K best of the K*V candidates give each new "
                "beam its parent (index // V) and token (index % V); lengths count tokens before EOS; every layer's "
-               "cache, 'k' and 'v', is reordered by the parents (lesson 9 §3-4)")
+               f"cache, 'k' and 'v', is reordered by the parents ({g.exercise.section})")
 
 
 def judge_seeds(g: Grader, eid: str, got: dict, exp: dict) -> None:
@@ -493,7 +493,7 @@ def judge_seeds(g: Grader, eid: str, got: dict, exp: dict) -> None:
         for key in ("low", "high"):
             g.close(got, f"c{i}.{key}", key, exp[f"c{i}.{key}"], 1e-12, case, relative=True,
                     hint="mean -/+ t_quantile(n - 1) * sem: Student's t, not the normal's 1.96, for few seeds "
-                         "(lesson 11)")
+                         f"({g.exercise.section})")
 
 
 def judge_sampling(g: Grader, eid: str, got: dict, exp: dict) -> None:
@@ -501,7 +501,8 @@ def judge_sampling(g: Grader, eid: str, got: dict, exp: dict) -> None:
         case = f"logits {np.round(z, 2).tolist()}, temperature {temperature}, top_k {top_k}, top_p {top_p}"
         g.close(got, f"c{i}.probs", "next_token_probs", exp[f"c{i}.probs"], 1e-12, case,
                 hint="p_i proportional to exp(z_i / tau) (temperature 0: all mass on the argmax), then the top-k cut, "
-                     "then the top-p cut, each renormalised; ties go to the lower id (lesson 12)")
+                     "then the top-p cut, each renormalised; ties go to the lower id "
+                     f"({g.exercise.section})")
     for i, probs in enumerate(trusted.SAMPLE_PROBS):
         case = f"probs {probs.tolist()}"
         g.close(got, f"k{i}", "top_k_filter(probs, 2)", exp[f"k{i}"], 1e-12, case)

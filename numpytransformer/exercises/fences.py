@@ -412,12 +412,20 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=(), guided: bool =
     from .reference import write_reference_file  # the teacher's library computes what students are compared with
 
     write_reference_file(out / pkg.name / "exercises" / "reference.npz", [e.id for e in EXERCISES])
-    (out / "EXERCISES.md").write_text(exercises_markdown(sorted(keep, key=list(BY_ID).index)), encoding="utf-8")
+    (out / "EXERCISES.md").write_text(exercises_markdown(sorted(keep, key=list(BY_ID).index), guided),
+                                      encoding="utf-8")
     return fences
 
 
-def exercises_markdown(solved: Sequence[str] = ()) -> str:
+def exercises_markdown(solved: Sequence[str] = (), guided: bool = False) -> str:
     """EXERCISES.md of a student edition: the exercises and how a class works with them."""
+    derive = ("This is the guided edition: the lessons show every derivation, and the docstrings say how "
+              "each gradient was derived; the few cells that restated a solution in code now say which "
+              "exercise it is." if guided else
+              "The derivations are yours: where a lesson derived a result that an exercise grades, this "
+              "edition asks the questions that lead through it instead (what is the derivative of this step? "
+              "which property must the result have?), and the check cells after them test your answer. The "
+              "cells that restated a solution in code now say which exercise it is.")
     rows = "\n".join(
         f"| {e.id}{' (released)' if e.id in solved else ''} | {e.lesson} | `{e.file}` | `{e.function}` | {e.title} | {e.difficulty} | {e.minutes} min | "
         f"{e.points} | {', '.join(e.needs) or '-'} | `{check_command(e.id)}` |"
@@ -434,11 +442,9 @@ the {len(EXERCISES)} pieces of code listed below have been cut out: each one is 
     raise NotImplementedError("Exercise 4.2: ... (lesson 4; check: python -m numpytransformer.exercises check 4.2)")
 
 Your job is to replace each such line with code that computes what the message says.
-The lessons (`lessons/`) derive every formula you need, and the docstring of each
-function states its equation, its shapes and how its gradient was derived. Code after
-the `raise` line (often the `return`) stays: it shows the names you must define. The
-lessons keep every derivation and equation; the few cells that restated a solution in
-code now say which exercise it is.
+The docstring of each function states its contract: its shapes, what it returns and
+the forward's equation. Code after the `raise` line (often the `return`) stays: it shows
+the names you must define. {derive}
 {released}
 ## Working on an exercise
 
@@ -479,7 +485,8 @@ has a time limit of a minute. The exit code is 0 only when every selected exerci
 
 * The teacher builds this folder from the full repository with
   `python -m numpytransformer.exercises build OUT_DIR` and hands it out
-  (`--solved 4.1,4.2` keeps chosen solutions, for a student stuck on them).
+  (`--solved 4.1,4.2` keeps chosen solutions, for a student stuck on them; `--guided` builds
+  a gentler edition whose lessons and docstrings keep the derivations).
 * Students work through the lessons in order (`jupyter lab lessons/`). The notebooks
   call the library, so a lesson's cells that use an exercise's function fail with its
   NotImplementedError until the exercise is done; implement it, re-run the check, then
