@@ -65,9 +65,11 @@ def lm_loss_forward(logits: np.ndarray, ids: np.ndarray):
     loss : float
     cache : LMLossCache, for :func:`lm_loss_backward`
     """
+    if np.ndim(logits) != 3:
+        raise NumpyTransformerError(f"logits must have shape (B, T, V), got {np.shape(logits)}")
     B, T, V = np.shape(logits)
     ids = np.asarray(ids)
-    if ids.shape != (B, T + 1) or ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= V:
+    if ids.shape != (B, T + 1) or ids.dtype.kind not in "iu" or not ids.size or ids.min() < 0 or ids.max() >= V:
         raise NumpyTransformerError(f"ids must be integers in [0, {V}) of shape {(B, T + 1)} (one more than the "
                                     f"logits' positions), got {ids.dtype} of shape {ids.shape}")
     ### BEGIN SOLUTION 12.3: the mean next-token loss (targets: ids shifted by one) and its gradient dlogits

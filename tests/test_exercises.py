@@ -730,9 +730,9 @@ def _graded_with(tmp_path: Path, exercise_id: str, old: str, new: str):
     shutil.copytree(package_dir(), root / "numpytransformer", ignore=shutil.ignore_patterns("__pycache__"))
     path = root / BY_ID[exercise_id].file
     text = path.read_text(encoding="utf-8")
-    (fence, *_) = [f for f in parse_fences(text) if f.id == exercise_id and old in
-                   "".join(text.splitlines(keepends=True)[f.begin:f.end - 1])]
-    assert text.count(old) == 1, old
+    lines = text.splitlines(keepends=True)
+    assert text.count(old) == 1 and any(old in "".join(lines[f.begin:f.end - 1]) for f in parse_fences(text)
+                                        if f.id == exercise_id), f"{old!r} is not once in a fence of {exercise_id}"
     path.write_text(text.replace(old, new), encoding="utf-8")
     return run_check(exercise_id, root)
 
