@@ -524,7 +524,7 @@ def judge_sampling(g: Grader, eid: str, got: dict, exp: dict) -> None:
         g.require(np.all(np.abs(counts - n * probs) <= 5 * sd + 1),
                   f"sample_from drew id {worst} {counts[worst]} times in {n}, expected about {n * probs[worst]:.0f} "
                   f"(5 standard deviations: {5 * sd[worst]:.0f}) [{case}]: draw each id with its probability")
-        g.record("frequency off by (standard deviations)",
+        g.record("frequency deviation (in standard deviations)",
                  float(np.max(np.abs(counts - n * probs) / np.maximum(sd, 1e-300), where=sd > 0, initial=0.0)), 5.0)
         g.require(np.array_equal(got.get(f"s{i}.again"), draws[:20]),
                   f"sample_from gave other ids from a generator of the same seed [{case}]: draw with rng, the "
