@@ -556,3 +556,38 @@ def test_a_damaged_tokenizer_state_is_refused_naming_the_field(tokenization, dam
     with pytest.raises(NumpyTransformerError, match=message):
         task_from_dict(_damaged(tokenization, damage))
     task_from_dict(_damaged(tokenization, lambda t: None))  # undamaged, it loads
+
+
+# ---- the language model's loss (exercise 12.3) ---------------------------------------------
+def test_lm_loss_is_the_loss_the_language_model_trains_on():
+    """lm_loss_forward on ids (B, T+1) is cross_entropy of the logits against the shifted ids (the task's
+    batch_arrays), and its backward is that gradient; finite differences agree in float64."""
+    from numpytransformer.lm import lm_loss_backward, lm_loss_forward
+
+    cfg = TransformerConfig(src_vocab_size=7, d_model=8, n_heads=2, n_layers=1, d_ff=16, max_len=6, dropout=0.0,
+                            norm_first=True, dtype="float64")
+    ids = np.random.default_rng(3).integers(0, 7, size=(2, 6))
+    logits = TransformerLM(cfg).forward(ids[:, :-1])
+    loss, cache = lm_loss_forward(logits, ids)
+    expected, dlogits = cross_entropy(logits, ids[:, 1:], pad_id=None)
+    assert abs(loss - expected) < 1e-12 * expected
+    assert rel_error(lm_loss_backward(1.0, cache), dlogits) < 1e-12
+    z = np.random.default_rng(4).standard_normal((2, 3, 5))
+    errors = check_pair(lm_loss_forward, lm_loss_backward, {"logits": z}, ("logits",),
+                        ids=np.array([[0, 4, 4, 1], [2, 3, 0, 0]]))
+    assert errors["logits"] < 1e-7
+
+
+@pytest.mark.parametrize("logits_shape, ids, name", [
+    ((2, 3, 5), np.zeros((2, 3), dtype=np.int64), "ids"),          # not one longer than the logits
+    ((2, 3, 5), np.zeros((2, 4)), "ids"),                          # float ids
+    ((2, 3, 5), np.full((2, 4), 5), "ids"),                        # past the vocabulary
+    ((2, 3, 5), np.full((2, 4), -1), "ids"),
+    ((6, 5), np.zeros((2, 4), dtype=np.int64), "logits"),         # not (B, T, V)
+])
+def test_lm_loss_refuses_bad_input_naming_it(logits_shape, ids, name):
+    from numpytransformer.lm import lm_loss_forward
+
+    with pytest.raises(NumpyTransformerError, match=f"^{name} must") as info:
+        lm_loss_forward(np.zeros(logits_shape), ids)
+    assert "\n" not in str(info.value)
