@@ -53,6 +53,6 @@ def test_lesson_ends_with_written_questions_answered_in_instructor_md(path):
     n = int(path.name[:2])
     section = INSTRUCTOR.split(f"#### Lesson {n} questions", 1)
     assert len(section) == 2, f"INSTRUCTOR.md has no '#### Lesson {n} questions' answers"
-    answers = section[1].split("####", 1)[0]
+    answers = re.split(r"\n#{2,4} ", section[1], maxsplit=1)[0]
     for q in numbers:
         assert re.search(rf"^{q}\. \*\*", answers, flags=re.MULTILINE), f"no model answer to lesson {n} question {q}"
