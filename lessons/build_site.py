@@ -169,7 +169,7 @@ def write_index(out: Path, entries) -> None:
     rows = []
     for e in entries:
         exercises = "".join(
-            f'<li>{html.escape(x["id"])} &mdash; {html.escape(x["title"])} '
+            f'<li>{html.escape(x["id"])} &mdash; <code>{html.escape(x["function"])}</code>: {html.escape(x["title"])} '
             f'<span class="meta">({html.escape(x["difficulty"])}, {x["minutes"]} min, {x["points"]} points)</span></li>'
             for x in e["exercises"])
         rows.append(
@@ -357,7 +357,7 @@ def main(argv=None) -> int:
     for path in paths:
         nb = nbformat.read(path, as_version=4)
         planned.append({"page": path.stem + ".html", "title": title_of(nb), "summary": summary_of(nb),
-                        "exercises": [{"id": x.id, "title": x.title, "difficulty": x.difficulty,
+                        "exercises": [{"id": x.id, "function": x.function, "title": x.title, "difficulty": x.difficulty,
                                        "minutes": x.minutes, "points": x.points}
                                       for x in exercises_of(int(path.name[:2]))]})
     entries, failed = [], []

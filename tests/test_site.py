@@ -71,7 +71,7 @@ def test_index_gives_each_lesson_its_summary_and_exercises(site):
     for e in entries:
         assert e["summary"] and html_escape(e["summary"]) in text
     for x in exercises:
-        assert f"{x.id} &mdash; {html_escape(x.title)}" in text
+        assert f"{x.id} &mdash; <code>{html_escape(x.function)}</code>: {html_escape(x.title)}" in text
     # each lesson's exercises sit under it, before the next lesson's entry
     assert text.index("Lesson 1:") < text.index("1.1 &mdash;") < text.index("Lesson 2:") < text.index("2.1 &mdash;")
 
