@@ -76,8 +76,9 @@ def summary_of(nb) -> str:
 
 
 def exercises_of(number: int) -> list:
-    """The exercises of a lesson, from the grader's catalogue."""
-    sys.path.insert(0, str(LESSONS.parent))
+    """The exercises of a lesson, from the grader's catalogue (of the library beside the lessons, as they use)."""
+    if str(LESSONS.parent) not in sys.path:
+        sys.path.insert(0, str(LESSONS.parent))
     from numpytransformer.exercises.catalog import LESSONS as BY_LESSON
 
     return BY_LESSON.get(number, [])
@@ -110,7 +111,7 @@ _TEMPLATE = """{%- extends 'index.html.j2' -%}
 nav.lessons { display: flex; justify-content: space-between; gap: 1em; padding: 0.6em 1em;
   font-family: sans-serif; font-size: 95%; border-bottom: 1px solid #ddd; }
 nav.lessons.bottom { border-top: 1px solid #ddd; border-bottom: none; margin-top: 2em; }
-math { font-family: math; font-size: 1.05em; }
+math { font-family: "STIX Two Math", "Cambria Math", "Latin Modern Math", math; font-size: 1.05em; }  /* a font with a MATH table stretches brackets and braces */
 math[display="block"] { margin: 0.6em 0; }
 </style>{%- endblock extra_css -%}
 {%- block body_header -%}{{ super() }}{{ resources.site_nav }}{%- endblock body_header -%}
