@@ -23,8 +23,9 @@ def embedding_forward(ids: np.ndarray, W: np.ndarray, scale: float = 1.0, pad_id
 
     .. math:: \\text{out}_{b,t} = s \\cdot W_{\\text{ids}_{b,t}}
 
-    The paper multiplies embeddings by :math:`s = \\sqrt{d_{model}}` so that they are
-    on the same scale as the positional encoding added to them.
+    The paper multiplies embeddings by :math:`s = \\sqrt{d_{model}}` without giving a
+    reason; lesson 3 section 7 shows that it puts them on the scale of the positional
+    encoding added to them.
 
     Parameters
     ----------
