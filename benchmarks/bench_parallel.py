@@ -6,9 +6,10 @@ For each recipe, each side runs in its own subprocess (``python`` with OPENBLAS_
 machine's drift hits both alike. A run times ``--steps`` updates of :meth:`Trainer.train_step`
 (forward and loss of the rank's shard, backward, the allreduce, clipping, Adam) after
 ``--warmup`` untimed ones; the time inside the allreduce (packing the flat buffer included) is
-timed apart. Reported: target tokens per second (non-pad targets of the global batch, per second
-of updates; the median over rounds), the 2-rank speed-up, and the allreduce's time and share of
-a step.
+timed apart, and so is the wait for the slower rank before it (a barrier, in this benchmark
+only). Reported: target tokens per second (non-pad targets of the global batch, per second
+of updates; the median over rounds), the 2-rank speed-up, the allreduce's time and share of
+a step, and the wait.
 
 The recipes, at their shapes:
 
@@ -108,13 +109,17 @@ def worker(recipe: str, steps: int, warmup: int) -> None:
     comm = world()
     model, task, train, batches = build(recipe)
     trainer = Trainer(model, task, train, out_dir="/nonexistent", log=lambda msg: None)
-    in_allreduce = []
+    in_allreduce, waiting = [], []
     sum_gradients = comm.sum_gradients
 
-    def timed_sum(*args):
+    def timed_sum(*args):  # a barrier first: the wait for the slower rank is timed apart from the sum
         t0 = time.perf_counter()
+        if comm.size > 1:
+            comm.comm.Barrier()
+        t1 = time.perf_counter()
         out = sum_gradients(*args)
-        in_allreduce.append(time.perf_counter() - t0)
+        waiting.append(t1 - t0)
+        in_allreduce.append(time.perf_counter() - t1)
         return out
 
     comm.sum_gradients = timed_sum
@@ -127,10 +132,10 @@ def worker(recipe: str, steps: int, warmup: int) -> None:
             seconds.append(time.perf_counter() - t0)
             targets += task.target_count(batch)
     if comm.rank == 0:
-        allreduce = in_allreduce[warmup:]
         print(MARKER + json.dumps({"params": model.num_parameters(), "steps": steps, "step_s": float(np.median(seconds)),
                                    "tokens_per_s": targets / sum(seconds),
-                                   "allreduce_s": float(np.median(allreduce)) if comm.size > 1 else 0.0,
+                                   "allreduce_s": float(np.median(in_allreduce[warmup:])) if comm.size > 1 else 0.0,
+                                   "wait_s": float(np.median(waiting[warmup:])) if comm.size > 1 else 0.0,
                                    "targets_per_batch": targets / steps}), flush=True)
 
 
@@ -162,7 +167,7 @@ def main() -> None:
     print(f"{args.steps} timed updates after {args.warmup} untimed, {args.rounds} rounds a side; "
           f"{os.cpu_count()} CPUs; {time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
     header = (f"{'recipe':<12} {'params':>10} {'targets/batch':>13} {'side':<22} {'step ms':>8} {'tok/s':>8} "
-              f"{'speed-up':>8} {'allreduce ms':>12} {'share':>6}")
+              f"{'speed-up':>8} {'allreduce ms':>12} {'share':>6} {'wait ms':>8}")
     print(header)
     results = {}
     for recipe in args.recipes:
@@ -175,11 +180,12 @@ def main() -> None:
             tok = statistics.median(r["tokens_per_s"] for r in rs)
             step = statistics.median(r["step_s"] for r in rs)
             ar = statistics.median(r["allreduce_s"] for r in rs)
+            wait = statistics.median(r["wait_s"] for r in rs)
             base = base or tok
             results.setdefault(recipe, {})[side] = {"tokens_per_s": tok, "step_s": step, "allreduce_s": ar,
-                                                    "allreduce_share": ar / step, "runs": rs}
+                                                    "allreduce_share": ar / step, "wait_s": wait, "runs": rs}
             print(f"{recipe:<12} {rs[0]['params']:>10,} {rs[0]['targets_per_batch']:>13,.0f} {side:<22} "
-                  f"{1000 * step:>8.1f} {tok:>8,.0f} {tok / base:>7.2f}x {1000 * ar:>12.2f} {100 * ar / step:>5.1f}%",
+                  f"{1000 * step:>8.1f} {tok:>8,.0f} {tok / base:>7.2f}x {1000 * ar:>12.2f} {100 * ar / step:>5.1f}% {1000 * wait:>8.1f}",
                   flush=True)
     if args.json:
         with open(args.json, "w") as f:
