@@ -232,8 +232,17 @@ class Trainer:
             record["input_tokens"] = meter["inputs"]
         self.history["epochs"].append({**record, **metrics})
         score = metrics[self.task.selection_metric]
-        if self.best_score is None or score >= self.best_score:  # a tie goes to the later, longer-trained epoch
+        better = self.best_score is None or score >= self.best_score  # a tie goes to the later, longer-trained epoch
+        if better:
             self.best_score = float(score)
+        if self.comm.rank == 0:  # one writer: the other ranks hold the same weights
+            self._write_epoch(better)
+        shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+        self.log(f"epoch {self.epoch} done: train_loss {train_loss:.4f} {shown} [{_fmt_time(elapsed)}]")
+
+    def _write_epoch(self, better: bool) -> None:
+        """Save best/ (if ``better``), last/ and the kept epochs, and write the history."""
+        if better:
             self.save("best")
         self.save("last")
         self.saved_epoch = self.epoch
@@ -241,17 +250,11 @@ class Trainer:
             self.save(f"epochs/{self.epoch:03d}")
             for old in kept_epochs(self.out_dir / "epochs")[:-self.cfg.keep_epochs]:
                 shutil.rmtree(old)
-        if self.comm.rank == 0:
-            atomic_write(self.out_dir / "history.json", json.dumps(self.history, indent=1))
-        shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-        self.log(f"epoch {self.epoch} done: train_loss {train_loss:.4f} {shown} [{_fmt_time(elapsed)}]")
+        atomic_write(self.out_dir / "history.json", json.dumps(self.history, indent=1))
 
     # ---- saving and resuming --------------------------------------------------------------
     def save(self, which: str) -> Path:
-        """Save into ``out_dir/which``; ``last/`` also holds the optimiser, for resuming. Rank 0
-        alone writes (the others hold the same weights)."""
-        if self.comm.rank:
-            return self.out_dir / which
+        """Save into ``out_dir/which``; ``last/`` also holds the optimiser, for resuming."""
         meta = {"task": self.task.to_dict(), "data": self.data_summary, "train": dataclasses.asdict(self.cfg),
                 "step": self.optimizer.t, "epoch": self.epoch, "best_score": self.best_score, "history": self.history}
         return save_checkpoint(self.out_dir / which, self.model, meta, self.optimizer if which == "last" else None)

@@ -178,11 +178,12 @@ def test_checkpoints_cross_rank_counts_and_rank_0_writes(tmp_path):
 @needs_mpi
 def test_dropout_resume_is_exact_on_the_same_ranks(tmp_path):
     """With dropout each rank draws its own masks; 2 ranks resumed after epoch 1 train as 2 ranks
-    uninterrupted do."""
+    uninterrupted do. Rank 0 alone removes the kept epochs beyond --keep-epochs."""
     whole, split = tmp_path / "whole", tmp_path / "split"
     for out, epochs, resume in ((whole, "2", []), (split, "1", []), (split, "2", ["--resume"])):
-        r = _train(out, "--dropout", "0.2", "--epochs", epochs, *resume)
+        r = _train(out, "--dropout", "0.2", "--epochs", epochs, "--keep-epochs", "1", *resume)
         assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (whole / "epochs").iterdir()) == ["002"]
     h1, h2 = (json.loads((d / "history.json").read_text()) for d in (whole, split))
     assert [s["loss"] for s in h1["steps"]] == [s["loss"] for s in h2["steps"]]
     assert [without_timing(e) for e in h1["epochs"]] == [without_timing(e) for e in h2["epochs"]]
