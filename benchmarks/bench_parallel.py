@@ -144,7 +144,8 @@ def run_side(recipe: str, ranks: int, threads: int, steps: int, warmup: int) -> 
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", recipe, "--steps", str(steps),
            "--warmup", str(warmup)]
     if ranks > 1:
-        cmd = [shutil.which("mpiexec") or "mpiexec", "-n", str(ranks)] + cmd
+        mpiexec = shutil.which("mpiexec") or shutil.which("mpiexec", path=os.path.dirname(sys.executable))
+        cmd = [mpiexec or "mpiexec", "-n", str(ranks)] + cmd
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     line = next((l for l in r.stdout.splitlines() if l.startswith(MARKER)), None)
     if r.returncode or line is None:

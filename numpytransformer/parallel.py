@@ -81,7 +81,7 @@ class MPIComm:
         for g in grads.values():  # pack
             flat[offset:offset + g.size] = g.ravel()
             offset += g.size
-        flat[n:] = scalars
+        flat[n:] = scalars  # in the gradients' dtype: float32 counts exactly up to 2^24 targets
         self.comm.Allreduce(self.MPI.IN_PLACE, flat, op=self.MPI.SUM)
         offset = 0
         for g in grads.values():  # unpack
@@ -123,7 +123,7 @@ def stop_run(message: str, code: int) -> int:
     """Print ``error: message`` once and end the run with ``code`` on every rank.
 
     Under MPI a rank that fails must stop the others (:meth:`MPIComm.abort`). An error every
-    rank meets (a refused flag) is printed by rank 0 alone: the other ranks wait a moment
+    rank meets (a refused flag) is printed by rank 0 alone: the other ranks wait a second
     before they print, and rank 0's abort ends them first."""
     ranks = launched_ranks()
     rank = next((int(os.environ[v]) for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
@@ -132,6 +132,7 @@ def stop_run(message: str, code: int) -> int:
         time.sleep(1.0)
     print(message, file=sys.stderr, flush=True)
     if ranks > 1:
+        time.sleep(0.2)  # for mpiexec to forward the line: the abort tears down its pipes
         try:
             world().abort(code)
         except NumpyTransformerError:  # no MPI to abort with: every rank met the same error and stops

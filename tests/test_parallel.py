@@ -24,7 +24,7 @@ from numpytransformer.tasks.translate import TranslationTask
 from numpytransformer.trainer import without_timing
 
 ROOT = Path(__file__).resolve().parents[1]
-MPIEXEC = shutil.which("mpiexec")
+MPIEXEC = shutil.which("mpiexec") or shutil.which("mpiexec", path=os.path.dirname(sys.executable))  # the wheel's
 try:
     import mpi4py  # noqa: F401
     HAVE_MPI4PY = True
