@@ -120,7 +120,7 @@ def world():
 
 
 def stop_run(message: str, code: int) -> int:
-    """Print ``error: message`` once and end the run with ``code`` on every rank.
+    """Print ``message`` (``error: ...``) once to stderr and end the run with ``code`` on every rank.
 
     Under MPI a rank that fails must stop the others (:meth:`MPIComm.abort`). An error every
     rank meets (a refused flag) is printed by rank 0 alone: the other ranks wait a second
