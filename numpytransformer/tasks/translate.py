@@ -168,6 +168,11 @@ class TranslationTask(Task):
     def train_batches(self, epoch: int) -> list:
         return self._index_batches("train", shuffle=True, seed=self.model.seed * 1000 + epoch)
 
+    def shard(self, batch, rank: int, size: int):
+        split, idx = batch
+        rows = super().shard(idx, rank, size)
+        return None if rows is None else (split, rows)
+
     def batch_arrays(self, batch):
         """``((src, tgt_in), tgt_out)``: BOS before the decoder's input, EOS after its output."""
         split, idx = batch
