@@ -51,8 +51,8 @@ class GPTBlock(EncoderLayer):
 
     def forward(self, x: np.ndarray, mask: Optional[np.ndarray] = None, kv_cache: Optional[dict] = None):
         """x: (B, T, D); mask: causal, broadcastable to (B, H, T, S); ``kv_cache`` (inference): a dict."""
-        x = self.sub1(x, lambda h: self.self_attn(h, mask=mask, kv_cache=kv_cache))
-        return self.sub2(x, self.ffn)
+        x = self.self_attn_sublayer(x, lambda h: self.self_attn(h, mask=mask, kv_cache=kv_cache))
+        return self.ffn_sublayer(x, self.ffn)
 
 
 class TransformerLM(_Model):

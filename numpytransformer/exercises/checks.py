@@ -404,8 +404,9 @@ def judge_encoder_layer(g: Grader, eid: str, got: dict, exp: dict) -> None:
             name = key.split(".", 1)[1]
             label = name if name == "dx" else f"gradient of {name[1:]}"
             g.gradient(got, key, label, exp[key], KINK_TOL, case,
-                       "back through sub2 with the FFN's backward, then sub1 with self-attention's; each Residual "
-                       "adds its input's gradient to the sublayer's (lesson 7 §1)" if name == "dx" else "")
+                       "back through ffn_sublayer with the FFN's backward, then self_attn_sublayer with "
+                       "self-attention's; each Residual adds its input's gradient to the sublayer's (lesson 7 §1)"
+                       if name == "dx" else "")
 
 
 JUDGES: Dict[str, Callable[[Grader, str, dict, dict], None]] = {
