@@ -50,6 +50,9 @@ __all__ = ["use_fast", "textbook", "enabled", "ON_BY_DEFAULT", "row_sums", "soft
            "softmax_cross_entropy_forward", "softmax_cross_entropy_backward", "adam_step", "append_positions"]
 
 
+# ---- BEGIN FAST FORMS (the student edition's fast.py has none: its Modules run the student's pairs) ----
+
+
 # ---- pooled large arrays ---------------------------------------------------------------------
 #: Arrays at least this large are pooled (glibc's largest mmap threshold, 32 MiB).
 REUSE_BYTES = 32 * 2**20
@@ -305,7 +308,6 @@ def append_positions(cached: np.ndarray, new: np.ndarray, room: int = 0) -> np.n
     return buf[:, :, :T + n]
 
 
-# ---- the switch -------------------------------------------------------------------------------------
 #: textbook pair -> its fast form above; what :func:`use_fast` puts into ``module.FAST_FORMS``.
 PAIRS = {
     linear.linear_forward: linear_forward,
@@ -318,8 +320,10 @@ PAIRS = {
     losses.softmax_cross_entropy_forward: softmax_cross_entropy_forward,
     losses.softmax_cross_entropy_backward: softmax_cross_entropy_backward,
 }
+# ---- END FAST FORMS ----
 
 
+# ---- the switch -------------------------------------------------------------------------------------
 def use_fast(on: bool = True) -> None:
     """Run the Modules, the loss and Adam on the fast forms (``True``) or on the textbook pairs (``False``)."""
     if not isinstance(on, bool):

@@ -118,7 +118,7 @@ class DecoderLayer(Module):
     def backward(self, dout: np.ndarray):
         """Returns ``(dx, dmemory)``: the memory feeds every decoder layer, so the
         caller sums the ``dmemory`` of all layers."""
-        d = self.ffn_sublayer.backward(dout, self.ffn.backward)
-        d, dmemory = self.cross_attn_sublayer.backward(d, self.cross_attn.backward)
-        dx = self.self_attn_sublayer.backward(d, self.self_attn.backward)
+        dx = self.ffn_sublayer.backward(dout, self.ffn.backward)
+        dx, dmemory = self.cross_attn_sublayer.backward(dx, self.cross_attn.backward)
+        dx = self.self_attn_sublayer.backward(dx, self.self_attn.backward)
         return dx, dmemory

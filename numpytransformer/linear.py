@@ -39,8 +39,8 @@ def linear_forward(x: np.ndarray, W: np.ndarray, b: Optional[np.ndarray]):
     """
     # Every leading axis as one axis of N rows: one (N, D_in) @ (D_in, D_out) product, where a
     # stacked (B, T, D) @ (D, D') would call the matrix library once per batch item.
-    x2 = x.reshape(-1, x.shape[-1])  # (N, D_in)
-    out = x2 @ W if b is None else x2 @ W + b  # (N, D_out)
+    x_rows = x.reshape(-1, x.shape[-1])  # (N, D_in)
+    out = x_rows @ W if b is None else x_rows @ W + b  # (N, D_out)
     return out.reshape(*x.shape[:-1], W.shape[1]), LinearCache(x, W)  # (..., D_out)
 
 

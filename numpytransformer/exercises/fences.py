@@ -24,6 +24,10 @@ part, one comment saying which exercise the code was). In a markdown cell,
 ``<!-- BEGIN SOLUTION 1.1 -->`` ... ``<!-- END SOLUTION -->`` becomes one sentence naming
 the exercise: the derivation and the equations stay, the code that restates them goes.
 ``build --solved 1.1,4.1`` keeps chosen solutions, for a student who is stuck.
+
+The edition's ``fast.py`` keeps the switch but none of the fast forms
+(:func:`without_fast_forms`): they would give the solutions away, and its Modules, loss and
+Adam must run the student's own pairs.
 """
 from __future__ import annotations
 
@@ -38,7 +42,7 @@ from .catalog import BY_ID, EXERCISES, check_command
 
 __all__ = ["Fence", "FenceError", "BuildError", "parse_fences", "library_fences", "placeholder",
            "replace_fences", "enclosing_function", "build_edition", "exercises_markdown", "NotebookFence",
-           "notebook_fences", "cut_notebook", "keep_fences"]
+           "notebook_fences", "cut_notebook", "keep_fences", "without_fast_forms"]
 
 _BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION (?P<id>\d+\.\d+): (?P<title>\S.*?)\s*$")
 _END = re.compile(r"^(?P<indent>[ \t]*)### END SOLUTION\s*$")
@@ -282,6 +286,21 @@ def _parse_solved(solved) -> List[str]:
     return ids
 
 
+_FAST_FORMS = re.compile(r"^# ---- BEGIN FAST FORMS.*?^# ---- END FAST FORMS ----$", re.MULTILINE | re.DOTALL)
+_FAST_DEFAULT = re.compile(r"^ON_BY_DEFAULT = .*$", re.MULTILINE)
+
+
+def without_fast_forms(text: str) -> str:
+    """The student edition's ``fast.py``: the switch, no fast forms (``PAIRS`` empty), off by default."""
+    text, n = _FAST_FORMS.subn("PAIRS: dict = {}  # the student edition has no fast forms: the Modules run "
+                               "the student's pairs", text)
+    text, m = _FAST_DEFAULT.subn("ON_BY_DEFAULT = False  # the student edition: the student's pairs run", text)
+    if (n, m) != (1, 1):
+        raise BuildError("fast.py has no '# ---- BEGIN FAST FORMS' ... '# ---- END FAST FORMS ----' block and "
+                         "'ON_BY_DEFAULT = ...' line to cut from the edition")
+    return text
+
+
 def _write_notebook(path: Path, nb: dict) -> None:
     path.write_text(json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
 
@@ -339,6 +358,8 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=()) -> List[Fence]
         except SyntaxError as e:
             raise BuildError(f"{rel}: the student version does not compile ({e.msg}, line {e.lineno})") from None
         target.write_text(text, encoding="utf-8")
+    fast_py = out / pkg.name / "fast.py"
+    fast_py.write_text(without_fast_forms(fast_py.read_text(encoding="utf-8")), encoding="utf-8")
     for p, nb in notebooks.items():
         cut_notebook(nb, p.name, keep)
         _write_notebook(out / "lessons" / p.name, nb)
