@@ -191,8 +191,8 @@ def _pair_properties(g: Grader, eid: str, pre: str, i: int, case: trusted.Case, 
         g.require(np.all(d[~valid] == 0), f"dlogits is not zero in rows whose target is the pad id [{name}]: pad "
                                           f"targets are not in the loss, so they get no gradient ({sec})")
         g.require(not _text(got, f"{pre}c{i}.cache_changed"),
-                  f"backward(..., inplace=False) changed the cache ({_text(got, f'{pre}c{i}.cache_changed')}) [{name}]; "
-                  "work on d, which is then a copy")
+                  f"backward changed the cache ({_text(got, f'{pre}c{i}.cache_changed')}) [{name}]; "
+                  "work on d, which is a copy")
     elif eid == "3.1":
         d = got.get(f"{pre}c{i}.dW")
         if d is not None and case.static["pad_id"] is not None:
