@@ -1,4 +1,4 @@
-"""Token embedding: an index lookup whose backward is a scatter-add. Derived in lesson 3 (Embeddings), §1-4."""
+"""Token embedding: an index lookup whose backward is a scatter-add. Derived in lesson 3 (Token embeddings), §1-4."""
 from __future__ import annotations
 
 from typing import NamedTuple, Optional
