@@ -7,9 +7,9 @@
 2. The switch: ``use_fast``, ``textbook()`` and ``NUMPYTRANSFORMER_FAST`` decide what the
    Modules run, and a few Adam steps of a small Transformer and a small GPT (float64,
    dropout off) give the same losses on both paths.
-3. Where PyTorch is installed, the same short trajectory (Noam schedule, label smoothing,
-   clipping, Adam) matches PyTorch's step by step, losses and final weights, as llm.c's
-   test_gpt2 does.
+3. Where PyTorch is installed, the same short trajectory of the Transformer and of the GPT
+   (Noam schedule, label smoothing, clipping, Adam) matches PyTorch's step by step, losses and
+   final weights, as llm.c's test_gpt2 does.
 """
 import os
 import subprocess
@@ -413,31 +413,38 @@ def test_training_is_the_same_on_both_paths(make, batch, pad_id):
 
 
 # ---- 3. the same trajectory in PyTorch ---------------------------------------------------------------------
+def layer_links(prefix, layer, sublayers):
+    """The links (test_parity_torch.Link) of one of our encoder or decoder layers to torch's layer."""
+    from test_parity_torch import Link, mha_links, norm_links
+
+    links = mha_links(prefix + "self_attn.", layer.self_attn, prefix + "self_attn")
+    if hasattr(layer, "cross_attn"):
+        links += mha_links(prefix + "multihead_attn.", layer.cross_attn, prefix + "cross_attn")
+    for ours, theirs in sublayers:
+        links += norm_links(f"{prefix}{theirs}.", getattr(layer, ours).norm, prefix + ours)
+    for n in "12":
+        links += [Link(f"{prefix}linear{n}.weight", slice(None), layer.ffn, "W" + n, f"{prefix}ffn.W{n}", True),
+                  Link(f"{prefix}linear{n}.bias", slice(None), layer.ffn, "b" + n, f"{prefix}ffn.b{n}", False)]
+    return links
+
+
+ENCODER_NORMS = [("self_attn_sublayer", "norm1"), ("ffn_sublayer", "norm2")]
+DECODER_NORMS = [("self_attn_sublayer", "norm1"), ("cross_attn_sublayer", "norm2"), ("ffn_sublayer", "norm3")]
+
+
 def torch_transformer(model, torch):
-    """torch.nn.Transformer (pre-LN, with final norms) holding the numpy model's weights, and its
-    embeddings and output projection as tensors: (transformer, {name: tensor}), all float64."""
-    from test_parity_torch import Link, load_into_torch, mha_links, norm_links
+    """torch.nn.Transformer (pre-LN, with final norms) holding the numpy model's weights; the embeddings
+    and the output projection as tensors. Returns (module, {our name: tensor}, links), all float64."""
+    from test_parity_torch import load_into_torch, norm_links
 
     with warnings.catch_warnings():  # that pre-LN layers take no nested tensors: none are used here
         warnings.simplefilter("ignore")
         t = torch.nn.Transformer(D, H, 2, 2, FF, dropout=0.0, batch_first=True, norm_first=True,
                                  dtype=torch.float64)
-    t.train()  # no fused inference path
     links = []
-    for side in ("encoder", "decoder"):
+    for side, norms in (("encoder", ENCODER_NORMS), ("decoder", DECODER_NORMS)):
         for i, layer in enumerate(getattr(model, side).layers):
-            p = f"{side}.layers.{i}."
-            sublayers = ([("self_attn_sublayer", "norm1")]
-                         + ([("cross_attn_sublayer", "norm2"), ("ffn_sublayer", "norm3")] if side == "decoder"
-                            else [("ffn_sublayer", "norm2")]))
-            links += mha_links(p + "self_attn.", layer.self_attn, p + "self_attn")
-            if side == "decoder":
-                links += mha_links(p + "multihead_attn.", layer.cross_attn, p + "cross_attn")
-            for ours, theirs in sublayers:
-                links += norm_links(f"{p}{theirs}.", getattr(layer, ours).norm, p + ours)
-            for n, ours in ((1, "1"), (2, "2")):
-                links += [Link(f"{p}linear{n}.weight", slice(None), layer.ffn, "W" + ours, p + "W" + ours, True),
-                          Link(f"{p}linear{n}.bias", slice(None), layer.ffn, "b" + ours, p + "b" + ours, False)]
+            links += layer_links(f"{side}.layers.{i}.", layer, norms)
         links += norm_links(f"{side}.norm.", getattr(model, side).final_norm, side + ".final_norm")
     load_into_torch(links, t)
     extra = {k: torch.tensor(v, requires_grad=True) for k, v in model.parameters().items()
@@ -445,7 +452,7 @@ def torch_transformer(model, torch):
     return t, extra, links
 
 
-def torch_seq2seq_loss(t, extra, model, batch, torch):
+def torch_transformer_loss(t, extra, model, batch, torch):
     (src, tgt_in), tgt_out = batch
     F = torch.nn.functional
     pe = torch.tensor(model.encoder.embedder.pos.pe)
@@ -463,15 +470,50 @@ def torch_seq2seq_loss(t, extra, model, batch, torch):
                            label_smoothing=EPS)
 
 
+def torch_gpt(model, torch):
+    """GPT's blocks as torch.nn.TransformerEncoderLayer (pre-LN) and a final LayerNorm holding the numpy
+    model's weights; the tied embedding, the positions and the output bias as tensors."""
+    from test_parity_torch import load_into_torch, norm_links
+
+    nn = torch.nn
+    t = nn.ModuleDict({"layers": nn.ModuleList(nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True,
+                                                                          norm_first=True, dtype=torch.float64)
+                                               for _ in model.layers),
+                       "final_norm": nn.LayerNorm(D, dtype=torch.float64)})
+    links = [link for i, layer in enumerate(model.layers) for link in layer_links(f"layers.{i}.", layer, ENCODER_NORMS)]
+    links += norm_links("final_norm.", model.final_norm, "final_norm")
+    load_into_torch(links, t)
+    extra = {k: torch.tensor(model.parameters()[k], requires_grad=True) for k in ("embed.W", "pos.P", "out.b")}
+    return t, extra, links
+
+
+def torch_gpt_loss(t, extra, model, batch, torch):
+    (ids,), targets = batch
+    T = ids.shape[1]
+    x = extra["embed.W"][torch.tensor(ids)] * D ** 0.5 + extra["pos.P"][:T]
+    for layer in t["layers"]:
+        x = layer(x, src_mask=torch.ones(T, T, dtype=torch.bool).triu(1))
+    logits = t["final_norm"](x) @ extra["embed.W"].T + extra["out.b"]  # the tied output projection
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, V), torch.tensor(targets).reshape(-1),
+                                             label_smoothing=EPS)
+
+
+TORCH_CASES = {"transformer": (small_transformer, torch_transformer, torch_transformer_loss, seq2seq_batch, PAD),
+               "gpt": (small_gpt, torch_gpt, torch_gpt_loss, lm_batch, None)}
+
+
 @pytest.mark.parametrize("path", ["fast", "textbook"])
-def test_training_matches_pytorch(path):
-    """Five steps of the encoder-decoder (pre-LN, padding, label smoothing 0.1, clipping at 1, Adam
-    with the Noam schedule) in float64: per-step losses to 1e-10, final weights to 1e-8, relative."""
+@pytest.mark.parametrize("case", list(TORCH_CASES))
+def test_training_matches_pytorch(case, path):
+    """Five steps (pre-LN, label smoothing 0.1, clipping at 1, Adam with the Noam schedule; the
+    Transformer with padding) in float64: per-step losses to 1e-10, final weights to 1e-8, relative."""
     torch = pytest.importorskip("torch")
     from test_parity_torch import to_numpy
 
-    model = small_transformer()
-    t, extra, links = torch_transformer(model, torch)
+    make, build, torch_loss, batch, pad_id = TORCH_CASES[case]
+    model = make()
+    t, extra, links = build(model, torch)
+    t.train()  # dropout is 0; train mode keeps torch off its fused inference path
     params = list(t.parameters()) + list(extra.values())
     opt = torch.optim.Adam(params, lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     noam = NoamSchedule(D, warmup=WARMUP)
@@ -479,17 +521,17 @@ def test_training_matches_pytorch(path):
     theirs = []
     for _ in range(STEPS):
         opt.zero_grad()
-        loss = torch_seq2seq_loss(t, extra, model, seq2seq_batch(), torch)
+        loss = torch_loss(t, extra, model, batch(), torch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, CLIP)
         opt.step()
         sched.step()
         theirs.append(loss.item())
     if path == "fast":
-        ours, weights = numpy_trajectory(model, seq2seq_batch(), PAD)
+        ours, weights = numpy_trajectory(model, batch(), pad_id)
     else:
         with fast.textbook():
-            ours, weights = numpy_trajectory(model, seq2seq_batch(), PAD)
+            ours, weights = numpy_trajectory(model, batch(), pad_id)
     assert ours[-1] < ours[0] - 0.1  # a trajectory, not five times the same point
     assert_close(ours, np.array(theirs), 1e-10, "losses")
     tparams = dict(t.named_parameters())
