@@ -2,7 +2,9 @@
 
 Every operation is a pair of pure functions ``*_forward(...) -> (out, cache)`` and
 ``*_backward(dout, cache) -> grads``, with thin modules on top; every backward pass
-is checked against finite differences (:mod:`numpytransformer.gradcheck`).
+is checked against finite differences (:mod:`numpytransformer.gradcheck`). The pairs are written
+as the lessons derive them; the Modules run the equal, faster forms of :mod:`numpytransformer.fast`
+unless ``fast.use_fast(False)`` (or ``NUMPYTRANSFORMER_FAST=0``) asks for the textbook pairs.
 """
 from . import fast, gradcheck
 from .config import TransformerConfig

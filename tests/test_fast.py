@@ -21,6 +21,7 @@ import pytest
 
 from numpytransformer import Adam, NoamSchedule, Transformer, TransformerConfig, TransformerLM, clip_grad_norm, fast
 from numpytransformer.attention import attention_backward, attention_forward, causal_mask, padding_mask
+from numpytransformer.errors import NumpyTransformerError
 from numpytransformer.layernorm import LayerNorm, layernorm_backward, layernorm_forward
 from numpytransformer.linear import linear_backward, linear_forward
 from numpytransformer.losses import cross_entropy, softmax_cross_entropy_backward, softmax_cross_entropy_forward
@@ -327,7 +328,7 @@ def test_the_switch_decides_what_the_modules_run(monkeypatch):
         norm(x)
         assert calls == ["fast"]
     assert fast.enabled() and FAST_FORMS == fast.PAIRS  # switched back on: every fast form in place
-    with pytest.raises(Exception, match="use_fast takes True or False"):
+    with pytest.raises(NumpyTransformerError, match="use_fast takes True or False"):
         fast.use_fast("no")
 
 
