@@ -83,10 +83,13 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, pad_i
 
 
 def softmax_cross_entropy_backward(dloss: float, cache: CrossEntropyCache) -> np.ndarray:
-    """The fused gradient: softmax followed by cross-entropy differentiates to ``(p - q) / N``.
+    """The fused gradient of softmax followed by cross-entropy, ``dloss * dL/dlogits``.
 
-    For one row, :math:`\\partial L / \\partial z_v = p_v - q_v` because
-    :math:`\\partial(-\\log p_y)/\\partial z_v = p_v - [v=y]` and :math:`\\sum_v q_v = 1`.
+    .. solution-only::
+
+        It is ``(p - q) / N``: for one row, :math:`\\partial L / \\partial z_v = p_v - q_v` because
+        :math:`\\partial(-\\log p_y)/\\partial z_v = p_v - [v=y]` and :math:`\\sum_v q_v = 1`.
+
     Pad rows get zero. Derived in lesson 2 (Softmax and cross-entropy), §4-5.
 
     Returns
@@ -95,7 +98,7 @@ def softmax_cross_entropy_backward(dloss: float, cache: CrossEntropyCache) -> np
     """
     probs, t, valid, n_valid, eps, shape = cache
     d = probs.copy()  # (N, V), the softmax; a copy, so that the cache stays as it was
-    ### BEGIN SOLUTION 2.1: turn d (the softmax) into dloss * (p - q) / N, zero in pad rows
+    ### BEGIN SOLUTION 2.1: turn d (the softmax) into dloss * dL/dlogits, zero in pad rows
     N, V = d.shape
     dt = d.dtype.type
     is_target = np.arange(V) == t[:, None]  # (N, V)

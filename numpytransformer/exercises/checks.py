@@ -169,6 +169,7 @@ HINTS: Dict[str, Dict[str, str]] = {
             "dbeta": "dbeta = dout summed over every leading axis",
             "dx": "dx = (dx_hat - mean(dx_hat) - x_hat * mean(dx_hat * x_hat)) / sqrt(var + eps), dx_hat = dout * gamma"},
     "6.2": {"dx": "back through W2, then the ReLU's mask, then W1", "db1": "db1 is taken after the ReLU's mask"},
+    "12.3": {"dlogits": "the same softmax cross-entropy gradient as lesson 2, scored against the next id"},
     "12.1": {"dx": "the addition hands dout through: dx = dout",
              "dP": "dP[offset + t] = dout[:, t] summed over the batch; rows the forward did not read are 0"},
 }
@@ -409,9 +410,136 @@ def judge_encoder_layer(g: Grader, eid: str, got: dict, exp: dict) -> None:
                        if name == "dx" else "")
 
 
+# --------------------------------------------------------------------------- #
+# The back half of the course: 7.2, 9.1, 9.2, 11.1, 12.2 (12.3 is a "pair", judged by judge_pair)
+# --------------------------------------------------------------------------- #
+
+def judge_decoder_layer(g: Grader, eid: str, got: dict, exp: dict) -> None:
+    for i, norm_first in enumerate((False, True)):
+        case = (f"{'pre' if norm_first else 'post'}-LN, dropout 0.2, causal + padding masks, x (2, 4, 6), "
+                "memory (2, 5, 6)")
+        if f"c{i}.count" in got:
+            g.fail(f"DecoderLayer.backward returned {int(got[f'c{i}.count'])} value(s), expected 2: (dx, dmemory) "
+                   f"[{case}]")
+            continue
+        g.close(got, f"c{i}.out", "the forward's out", exp[f"c{i}.out"], 1e-10, case, relative=True,
+                hint="the forward is not the library's: it must stay as it was")
+        for key in sorted(k for k in exp if k.startswith(f"c{i}.d")):
+            name = key.split(".", 1)[1]
+            label = name if name in ("dx", "dmemory") else f"gradient of {name[1:]}"
+            hint = {"dmemory": "the memory reaches the layer only through cross-attention's keys and values, so its "
+                               "gradient is what cross_attn_sublayer's backward hands back beside dx (lesson 7 §2)",
+                    "dx": "post-LN: through the LayerNorm first, then the residual and the sublayer add; pre-LN: dout "
+                          "reaches x unchanged, plus the LayerNorm's backward of the sublayer's (lesson 6 §4)"}
+            g.gradient(got, key, label, exp[key], KINK_TOL, case, hint.get(name, ""))
+
+
+def _token_rows(got: dict, exp: dict, key: str, name: str, g: Grader, case: str) -> None:
+    """Decoded token lists against the reference's, sentence by sentence."""
+    a, e = got.get(f"{key}.tokens"), exp[f"{key}.tokens"]
+    lengths, right = got.get(f"{key}.lengths"), exp[f"{key}.lengths"]
+    if a is None or a.shape != e.shape or lengths is None or lengths.shape != right.shape:
+        g.fail(f"{name} did not return one token list per sentence ({len(right)} sentences) [{case}]")
+        return
+    for b in range(len(e)):
+        if not np.array_equal(a[b], e[b]) or lengths[b] != right[b]:
+            first = int(np.argmax(a[b] != e[b])) if not np.array_equal(a[b], e[b]) else int(min(lengths[b], right[b]))
+            g.fail(f"{name}, sentence {b}: {a[b][a[b] >= 0].tolist()} (length {int(lengths[b])}), expected "
+                   f"{e[b][e[b] >= 0].tolist()} (length {int(right[b])}); first difference at step {first} [{case}]")
+    g.record("tokens different", 0.0, 0.0)
+
+
+def judge_greedy(g: Grader, eid: str, got: dict, exp: dict) -> None:
+    for i, (max_len, use_cache) in enumerate(trusted.GREEDY_RUNS):
+        case = f"{len(exp[f'c{i}.lengths'])} sentences, max_len {max_len}, use_cache {use_cache}"
+        _token_rows(got, exp, f"c{i}", "greedy_decode", g, case)
+    if any("greedy_decode" in f for f in g.failures):
+        g.fail("the stand-in model keeps the prefix in each layer's cache (under 'k' and 'v'): with use_cache, feed "
+               "only the last token at position t; a sentence that produced EOS goes on with EOS and stops counting; "
+               f"stop when every sentence is done ({g.exercise.section})")
+
+
+def judge_beam(g: Grader, eid: str, got: dict, exp: dict) -> None:
+    for i, (max_len, K, alpha) in enumerate(trusted.BEAM_RUNS):
+        case = f"{len(exp[f'c{i}.lengths'])} sentences, max_len {max_len}, beam_size {K}, length_penalty {alpha}"
+        _token_rows(got, exp, f"c{i}", "beam_search", g, case)
+    if any("beam_search" in f for f in g.failures):
+        g.fail("a finished beam extends only with EOS at no cost; the K best of the K*V candidates give each new "
+               "beam its parent (index // V) and token (index % V); lengths count tokens before EOS; every layer's "
+               f"cache, 'k' and 'v', is reordered by the parents ({g.exercise.section})")
+
+
+def judge_seeds(g: Grader, eid: str, got: dict, exp: dict) -> None:
+    for i, seeds in enumerate(trusted.SEED_LISTS):
+        case = f"{len(seeds)} seeds"
+        calls = got.get(f"c{i}.calls")
+        g.require(calls is not None and calls.tolist() == list(seeds),
+                  f"train was called with seeds {None if calls is None else calls.tolist()}, expected each of "
+                  f"{list(seeds)} once, in order [{case}]")
+        g.close(got, f"c{i}.values", "values", exp[f"c{i}.values"], 0.0, case, hint="one value per seed, in order")
+        g.close(got, f"c{i}.mean", "mean", exp[f"c{i}.mean"], 1e-12, case, relative=True)
+        values = np.asarray(exp[f"c{i}.values"])
+        std = got.get(f"c{i}.std")
+        if std is not None and std.shape == () and abs(std - values.std()) < 1e-12 * values.std():
+            g.fail(f"std is the population standard deviation (divided by n) [{case}]: over a few seeds the sample "
+                   f"standard deviation divides by n - 1 (ddof=1)")
+        g.close(got, f"c{i}.std", "std", exp[f"c{i}.std"], 1e-12, case, relative=True)
+        g.close(got, f"c{i}.sem", "sem", exp[f"c{i}.sem"], 1e-12, case, relative=True,
+                hint="the standard error of the mean is std / sqrt(n)")
+        low, high, mean = got.get(f"c{i}.low"), got.get(f"c{i}.high"), got.get(f"c{i}.mean")
+        if low is not None and high is not None and mean is not None and low.shape == high.shape == mean.shape == ():
+            g.require(low <= mean <= high and abs((mean - low) - (high - mean)) <= 1e-12 * max(1.0, abs(mean)),
+                      f"the interval [{float(low):.6g}, {float(high):.6g}] is not centred on the mean "
+                      f"{float(mean):.6g} [{case}]")
+        for key in ("low", "high"):
+            g.close(got, f"c{i}.{key}", key, exp[f"c{i}.{key}"], 1e-12, case, relative=True,
+                    hint="mean -/+ t_quantile(n - 1) * sem: Student's t, not the normal's 1.96, for few seeds "
+                         f"({g.exercise.section})")
+
+
+def judge_sampling(g: Grader, eid: str, got: dict, exp: dict) -> None:
+    for i, (z, temperature, top_k, top_p) in enumerate(trusted.sampling_cases()):
+        case = f"logits {np.round(z, 2).tolist()}, temperature {temperature}, top_k {top_k}, top_p {top_p}"
+        g.close(got, f"c{i}.probs", "next_token_probs", exp[f"c{i}.probs"], 1e-12, case,
+                hint="p_i proportional to exp(z_i / tau) (temperature 0: all mass on the argmax), then the top-k cut, "
+                     "then the top-p cut, each renormalised; ties go to the lower id "
+                     f"({g.exercise.section})")
+    for i, probs in enumerate(trusted.SAMPLE_PROBS):
+        case = f"probs {probs.tolist()}"
+        g.close(got, f"k{i}", "top_k_filter(probs, 2)", exp[f"k{i}"], 1e-12, case)
+        g.close(got, f"p{i}", "top_p_filter(probs, 0.6)", exp[f"p{i}"], 1e-12, case,
+                hint="keep a token while the mass ranked above it is below p: the most likely one is always kept")
+        draws = g.array(got, f"s{i}.draws", f"{trusted.DRAWS} draws of sample_from", (trusted.DRAWS,), case)
+        if draws is None:
+            continue
+        if not g.require(np.all((draws >= 0) & (draws < probs.size) & (draws == np.round(draws))),
+                         f"sample_from returned something other than an id in [0, {probs.size}) [{case}]"):
+            continue
+        counts = np.bincount(draws.astype(np.int64), minlength=probs.size)
+        g.require(np.all(counts[probs == 0] == 0), f"sample_from drew an id of probability 0 "
+                                                   f"({np.flatnonzero((probs == 0) & (counts > 0)).tolist()}) [{case}]")
+        # With a fixed generator the counts are fixed too; 5 binomial standard deviations is far beyond chance.
+        n = trusted.DRAWS
+        sd = np.sqrt(n * probs * (1 - probs))
+        worst = int(np.argmax(np.abs(counts - n * probs) - 5 * sd))
+        g.require(np.all(np.abs(counts - n * probs) <= 5 * sd + 1),
+                  f"sample_from drew id {worst} {counts[worst]} times in {n}, expected about {n * probs[worst]:.0f} "
+                  f"(5 standard deviations: {5 * sd[worst]:.0f}) [{case}]: draw each id with its probability")
+        g.record("frequency deviation (in standard deviations)",
+                 float(np.max(np.abs(counts - n * probs) / np.maximum(sd, 1e-300), where=sd > 0, initial=0.0)), 5.0)
+        g.require(np.array_equal(got.get(f"s{i}.again"), draws[:20]),
+                  f"sample_from gave other ids from a generator of the same seed [{case}]: draw with rng, the "
+                  f"generator passed in, and nothing else")
+
+
+JUDGES_MORE: Dict[str, Callable[[Grader, str, dict, dict], None]] = {
+    "decoder_layer": judge_decoder_layer, "greedy": judge_greedy, "beam": judge_beam, "seeds": judge_seeds,
+    "sampling": judge_sampling}
+
+
 JUDGES: Dict[str, Callable[[Grader, str, dict, dict], None]] = {
     "pair": judge_pair, "table": judge_table, "attention": judge_attention, "heads": judge_heads, "noam": judge_noam,
-    "adam": judge_adam, "clip": judge_clip, "bleu": judge_bleu, "encoder_layer": judge_encoder_layer}
+    "adam": judge_adam, "clip": judge_clip, "bleu": judge_bleu, "encoder_layer": judge_encoder_layer, **JUDGES_MORE}
 
 
 # --------------------------------------------------------------------------- #
