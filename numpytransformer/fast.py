@@ -44,13 +44,13 @@ from . import attention, layernorm, linear, losses, multihead
 from .errors import NumpyTransformerError
 from .module import FAST_FORMS
 
-__all__ = ["use_fast", "textbook", "enabled", "ON_BY_DEFAULT", "row_sums", "softmax", "empty_reusable",
-           "REUSE_BYTES", "linear_forward", "attention_forward", "attention_backward",
-           "multihead_attention_forward", "multihead_attention_backward", "layernorm_forward",
-           "softmax_cross_entropy_forward", "softmax_cross_entropy_backward", "adam_step", "append_positions"]
+__all__ = ["use_fast", "textbook", "enabled", "ON_BY_DEFAULT"]
 
 
 # ---- BEGIN FAST FORMS (the student edition's fast.py has none: its Modules run the student's pairs) ----
+__all__ += ["row_sums", "softmax", "empty_reusable", "REUSE_BYTES", "linear_forward", "attention_forward",
+            "attention_backward", "multihead_attention_forward", "multihead_attention_backward", "layernorm_forward",
+            "softmax_cross_entropy_forward", "softmax_cross_entropy_backward", "adam_step", "append_positions"]
 
 
 # ---- pooled large arrays ---------------------------------------------------------------------

@@ -574,6 +574,7 @@ def test_the_edition_trains_on_the_students_pairs_not_the_fast_forms(tmp_path):
     code = ("import numpy as np\n"
             "from numpytransformer import Transformer, TransformerConfig, fast\n"
             "from numpytransformer.module import FAST_FORMS\n"
+            "from numpytransformer.fast import *  # __all__ names only what the edition's fast.py holds\n"
             "fast.use_fast(True)\n"
             "print(fast.enabled(), len(FAST_FORMS), hasattr(fast, 'attention_backward'))\n"
             "cfg = TransformerConfig(src_vocab_size=7, tgt_vocab_size=7, d_model=8, n_heads=2, n_layers=1, d_ff=16,\n"
