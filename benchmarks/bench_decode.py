@@ -153,8 +153,8 @@ class TorchDecoder:
                 q, k, v = (self.heads(self.lin(h, P[f"{p}.self_attn.W_{n}"], P[f"{p}.self_attn.b_{n}"]))
                            for n in "qkv")
                 return self.attend(q, k, v, mask, f"{p}.self_attn")
-            x = self.sublayer(x, f"{p}.sub1.norm", self_attn)
-            x = self.sublayer(x, f"{p}.sub2.norm", lambda h, p=p: self.ffn(h, f"{p}.ffn"))
+            x = self.sublayer(x, f"{p}.self_attn_sublayer.norm", self_attn)
+            x = self.sublayer(x, f"{p}.ffn_sublayer.norm", lambda h, p=p: self.ffn(h, f"{p}.ffn"))
         if self.cfg.norm_first:
             x = self.norm(x, "encoder.final_norm")
         return x, mask
@@ -187,9 +187,9 @@ class TorchDecoder:
             def cross_attn(h, p=p, c=c):
                 q = self.heads(self.lin(h, P[f"{p}.cross_attn.W_q"], P[f"{p}.cross_attn.b_q"]))
                 return self.attend(q, c["ck"], c["cv"], mask, f"{p}.cross_attn")
-            x = self.sublayer(x, f"{p}.sub1.norm", self_attn)
-            x = self.sublayer(x, f"{p}.sub2.norm", cross_attn)
-            x = self.sublayer(x, f"{p}.sub3.norm", lambda h, p=p: self.ffn(h, f"{p}.ffn"))
+            x = self.sublayer(x, f"{p}.self_attn_sublayer.norm", self_attn)
+            x = self.sublayer(x, f"{p}.cross_attn_sublayer.norm", cross_attn)
+            x = self.sublayer(x, f"{p}.ffn_sublayer.norm", lambda h, p=p: self.ffn(h, f"{p}.ffn"))
         if self.cfg.norm_first:
             x = self.norm(x, "decoder.final_norm")
         logits = self.lin(x[:, -1], self.W_out, self.b_out)  # (B, V)

@@ -2,9 +2,11 @@
 
 Every operation is a pair of pure functions ``*_forward(...) -> (out, cache)`` and
 ``*_backward(dout, cache) -> grads``, with thin modules on top; every backward pass
-is checked against finite differences (:mod:`numpytransformer.gradcheck`).
+is checked against finite differences (:mod:`numpytransformer.gradcheck`). The pairs are written
+as the lessons derive them; the Modules run the equal, faster forms of :mod:`numpytransformer.fast`
+unless ``fast.use_fast(False)`` (or ``NUMPYTRANSFORMER_FAST=0``) asks for the textbook pairs.
 """
-from . import gradcheck
+from . import fast, gradcheck
 from .config import TransformerConfig
 from .lm import TransformerLM
 from .models import Transformer, TransformerClassifier, TransformerTagger
@@ -12,5 +14,5 @@ from .optim import Adam, NoamSchedule, clip_grad_norm
 
 __version__ = "0.1.0"
 
-__all__ = ["gradcheck", "TransformerConfig", "Transformer", "TransformerTagger", "TransformerClassifier", "TransformerLM",
+__all__ = ["fast", "gradcheck", "TransformerConfig", "Transformer", "TransformerTagger", "TransformerClassifier", "TransformerLM",
            "Adam", "NoamSchedule", "clip_grad_norm"]

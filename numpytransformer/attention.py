@@ -1,4 +1,4 @@
-"""Scaled dot-product attention with padding and causal masks."""
+"""Scaled dot-product attention with padding and causal masks. Derived in lesson 4 (Scaled dot-product attention)."""
 from __future__ import annotations
 
 from typing import NamedTuple, Optional
@@ -65,25 +65,24 @@ def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Optiona
     -------
     out : ndarray, shape (..., T, d_v)
     cache : AttentionCache (holds the attention weights, shape (..., T, S))
+
+    Derived in lesson 4 (Scaled dot-product attention), §1-4.
     """
     ### BEGIN SOLUTION 4.1: scale, the masked softmax weights of q k^T * scale, and out = weights v
-    scale = 1.0 / np.sqrt(q.shape[-1])
-    scores = q @ k.swapaxes(-1, -2)  # (..., T, S)
-    scores *= q.dtype.type(scale)
+    scale = q.shape[-1] ** -0.5  # 1 / sqrt(d_k)
+    scores = (q @ k.swapaxes(-1, -2)) * scale  # (..., T, S)
     if mask is not None:
-        np.copyto(scores, q.dtype.type(MASK_VALUE), where=~mask)
-    weights = softmax(scores, out=scores)
+        scores = np.where(mask, scores, MASK_VALUE)  # masked keys: a score whose exp is 0
+    weights = softmax(scores)  # (..., T, S), rows sum to 1
     if mask is not None:
-        has_key = mask.any(axis=-1, keepdims=True)
-        if not has_key.all():
-            weights *= has_key  # fully masked rows: no weight at all
-    out = weights @ v
+        weights = weights * mask.any(axis=-1, keepdims=True)  # a fully masked row: no weight at all
+    out = weights @ v  # (..., T, d_v)
     ### END SOLUTION
     return out, AttentionCache(q, k, v, weights, mask, scale)
 
 
 def attention_backward(dout: np.ndarray, cache: AttentionCache):
-    """Gradients of attention with respect to q, k and v (lesson 4 §6).
+    """Gradients of attention with respect to q, k and v.
 
     The forward is :math:`O = PV`, :math:`P = \\text{softmax}(S)`, :math:`S = c\\,QK^T` masked,
     :math:`c = 1/\\sqrt{d_k}`; the cache holds q, k, v, P, the mask and c.
@@ -95,6 +94,8 @@ def attention_backward(dout: np.ndarray, cache: AttentionCache):
         (their scores are constants) and in fully masked rows (where P is 0); finally
         :math:`dQ = c\\,dS\\,K` and :math:`dK = c\\,dS^T Q`.
 
+    Derived in lesson 4 (Scaled dot-product attention), §6.
+
     Returns
     -------
     dq, dk, dv : ndarrays shaped like q, k, v
@@ -103,11 +104,9 @@ def attention_backward(dout: np.ndarray, cache: AttentionCache):
     ### BEGIN SOLUTION 4.2: dq, dk and dv of scaled dot-product attention
     dv = P.swapaxes(-1, -2) @ dout  # (..., S, d_v)
     dP = dout @ v.swapaxes(-1, -2)  # (..., T, S)
-    dS = dP
-    dS -= np.einsum("...ts,...ts->...t", dP, P)[..., None]  # rowsum(dP * P), without the product's array
-    dS *= P
-    dS *= q.dtype.type(scale)
-    dq = dS @ k
-    dk = dS.swapaxes(-1, -2) @ q
+    dS = P * (dP - (dP * P).sum(-1, keepdims=True))  # the softmax's Jacobian, row by row
+    dS = dS * scale  # the scores were q k^T * scale
+    dq = dS @ k  # (..., T, d_k)
+    dk = dS.swapaxes(-1, -2) @ q  # (..., S, d_k)
     ### END SOLUTION
     return dq, dk, dv

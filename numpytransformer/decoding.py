@@ -182,7 +182,7 @@ def _beam(model, memory, src_mask, max_len, K, length_penalty, bos_id, eos_id):
         lengths = np.take_along_axis(lengths, beam, axis=1) + ~was_finished
         finished = was_finished | (tok == eos_id)
         flat = (np.arange(B)[:, None] * K + beam).reshape(-1)  # the parent of each new beam
-        for cache in caches:  # reorder in place, so the cache keeps its room to grow (multihead._append_positions);
+        for cache in caches:  # reorder in place, so the cache keeps its room to grow (fast.append_positions);
             for part in ("k", "v"):  # no loop name may keep an array: a reference more forces a copy
                 cache["self"][part][...] = cache["self"][part][flat]
         ### END SOLUTION

@@ -1,4 +1,4 @@
-"""Inverted dropout, with the mask kept for the backward pass."""
+"""Inverted dropout, with the mask kept for the backward pass. Derived in lesson 6, §4 (Inverted dropout)."""
 from __future__ import annotations
 
 from typing import NamedTuple, Optional
@@ -23,6 +23,7 @@ def dropout_forward(x: np.ndarray, p: float, rng: Optional[np.random.Generator] 
 
     Scaling at training time ("inverted" dropout) keeps :math:`E[\\text{out}] = x`, so
     evaluation is the identity. Pass ``mask`` to reuse a fixed mask (gradient checks).
+    Derived in lesson 6 (LayerNorm, the FFN and residuals), §4, "Inverted dropout, derived".
 
     Assumes a float ``x`` and, when given, a ``mask`` of its shape (:class:`Dropout` checks ``x``).
 
@@ -44,7 +45,7 @@ def dropout_forward(x: np.ndarray, p: float, rng: Optional[np.random.Generator] 
 
 
 def dropout_backward(dout: np.ndarray, cache: DropoutCache) -> np.ndarray:
-    """``out = x * m`` with ``m`` fixed, so ``dx = dout * m``."""
+    """``out = x * m`` with ``m`` fixed, so ``dx = dout * m``. Derived in lesson 6, §4."""
     return dout if cache.mask is None else dout * cache.mask
 
 

@@ -1,4 +1,4 @@
-"""Token embedding: an index lookup whose backward is a scatter-add."""
+"""Token embedding: an index lookup whose backward is a scatter-add. Derived in lesson 3 (Token embeddings), §1-4."""
 from __future__ import annotations
 
 from typing import NamedTuple, Optional
@@ -24,8 +24,8 @@ def embedding_forward(ids: np.ndarray, W: np.ndarray, scale: float = 1.0, pad_id
     .. math:: \\text{out}_{b,t} = s \\cdot W_{\\text{ids}_{b,t}}
 
     The paper multiplies embeddings by :math:`s = \\sqrt{d_{model}}` without giving a
-    reason; lesson 3 section 7 shows that it puts them on the scale of the positional
-    encoding added to them.
+    reason; lesson 3 §7 shows that it puts them on the scale of the positional encoding
+    added to them. Derived in lesson 3 (Token embeddings and positional encoding), §1 and §7.
 
     Parameters
     ----------
@@ -42,14 +42,12 @@ def embedding_forward(ids: np.ndarray, W: np.ndarray, scale: float = 1.0, pad_id
     out : ndarray, shape (B, T, D)
     cache : EmbeddingCache
     """
-    out = W[ids]
-    if scale != 1.0:
-        out *= W.dtype.type(scale)
+    out = W[ids] * scale  # (B, T, D)
     return out, EmbeddingCache(ids, W.shape[0], scale, pad_id)
 
 
 def embedding_backward(dout: np.ndarray, cache: EmbeddingCache) -> np.ndarray:
-    """dW of the lookup ``out = s * W[ids]`` (lesson 3 §3).
+    """dW of the lookup ``out = s * W[ids]``.
 
     .. solution-only::
 
@@ -60,7 +58,8 @@ def embedding_backward(dout: np.ndarray, cache: EmbeddingCache) -> np.ndarray:
 
     The pad row's gradient is set to zero by choice (the pad vector
     stays fixed), so a finite-difference check agrees there only when ``dout`` is zero
-    at pad positions, as it is in a model whose loss ignores padding.
+    at pad positions, as it is in a model whose loss ignores padding. Derived in lesson 3
+    (Token embeddings and positional encoding), §2-4.
 
     Returns
     -------
@@ -70,9 +69,7 @@ def embedding_backward(dout: np.ndarray, cache: EmbeddingCache) -> np.ndarray:
     D = dout.shape[-1]
     ### BEGIN SOLUTION 3.1: dW, the scaled scatter-add of dout into the rows named by ids, pad row zero
     dW = np.zeros((V, D), dtype=dout.dtype)
-    np.add.at(dW, ids.reshape(-1), dout.reshape(-1, D))
-    if scale != 1.0:
-        dW *= dout.dtype.type(scale)
+    np.add.at(dW, ids.reshape(-1), scale * dout.reshape(-1, D))  # dW[v] += s * dout at every position holding v
     if pad_id is not None:
         dW[pad_id] = 0
     ### END SOLUTION

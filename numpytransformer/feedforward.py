@@ -1,4 +1,4 @@
-"""The position-wise feed-forward network: ``FFN(x) = max(0, x W1 + b1) W2 + b2``."""
+"""The position-wise feed-forward network: ``FFN(x) = max(0, x W1 + b1) W2 + b2``. Derived in lesson 6, §3."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -24,6 +24,8 @@ def ffn_forward(x: np.ndarray, W1: np.ndarray, b1: np.ndarray, W2: np.ndarray, b
 
     .. math:: \\text{FFN}(x) = \\max(0, x W_1 + b_1) W_2 + b_2
 
+    Derived in lesson 6 (LayerNorm, the FFN and residuals), §3.
+
     Parameters
     ----------
     x : ndarray, shape (..., D)
@@ -42,7 +44,7 @@ def ffn_forward(x: np.ndarray, W1: np.ndarray, b1: np.ndarray, W2: np.ndarray, b
 
 
 def ffn_backward(dout: np.ndarray, cache: FFNCache):
-    """The chain rule through linear, ReLU, linear, in reverse order.
+    """The chain rule through linear, ReLU, linear, in reverse order. Derived in lesson 6, §3.
 
     Returns
     -------

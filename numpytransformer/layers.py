@@ -1,4 +1,8 @@
-"""Encoder and decoder layers: attention and FFN sublayers joined by residual connections."""
+"""Encoder and decoder layers: attention and FFN sublayers joined by residual connections.
+
+Derived in lesson 6 (LayerNorm, the FFN and residual connections), §4, and lesson 7 (Encoder layer,
+decoder layer and the full Transformer), §1-2.
+"""
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -45,7 +49,7 @@ class Residual(Module):
         return self.norm(x + self.drop(sublayer(x)))
 
     def backward(self, dout: np.ndarray, sublayer_backward: Callable):
-        """The gradient of a sublayer connection (lesson 6 §4).
+        """The gradient of a sublayer connection.
 
         .. solution-only::
 
@@ -53,7 +57,8 @@ class Residual(Module):
 
         Returns ``dx``, or ``(dx, dmemory)`` when ``sublayer_backward`` returns
         ``(dx, dmemory)`` (cross-attention): the memory is not on the residual path,
-        so its gradient is handed back as it is.
+        so its gradient is handed back as it is. Derived in lesson 6 (LayerNorm, the FFN and
+        residuals), §4.
         """
         ### BEGIN SOLUTION 7.2: dx (and dmemory) through a sublayer connection, pre- or post-LN, and back through the decoder's three sublayers
         if self.norm_first:  # out = x + drop(F(norm(x)))
@@ -75,18 +80,18 @@ class EncoderLayer(Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, init_rng, dtype)
         self.ffn = FeedForward(d_model, d_ff, init_rng, dtype)
-        self.sub1 = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
-        self.sub2 = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
+        self.self_attn_sublayer = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
+        self.ffn_sublayer = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
 
     def forward(self, x: np.ndarray, mask: Optional[np.ndarray] = None) -> np.ndarray:
         """x: (B, S, D); mask: bool, broadcastable to (B, H, S, S)."""
-        x = self.sub1(x, lambda h: self.self_attn(h, mask=mask))
-        return self.sub2(x, self.ffn)
+        x = self.self_attn_sublayer(x, lambda h: self.self_attn(h, mask=mask))
+        return self.ffn_sublayer(x, self.ffn)
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
         ### BEGIN SOLUTION 7.1: dx, back through the FFN sublayer, then the self-attention sublayer
-        d = self.sub2.backward(dout, self.ffn.backward)
-        return self.sub1.backward(d, self.self_attn.backward)
+        d = self.ffn_sublayer.backward(dout, self.ffn.backward)
+        return self.self_attn_sublayer.backward(d, self.self_attn.backward)
         ### END SOLUTION
 
 
@@ -99,9 +104,9 @@ class DecoderLayer(Module):
         self.self_attn = MultiHeadAttention(d_model, n_heads, init_rng, dtype)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, init_rng, dtype)
         self.ffn = FeedForward(d_model, d_ff, init_rng, dtype)
-        self.sub1 = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
-        self.sub2 = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
-        self.sub3 = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
+        self.self_attn_sublayer = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
+        self.cross_attn_sublayer = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
+        self.ffn_sublayer = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
 
     def forward(self, x: np.ndarray, memory: np.ndarray, self_mask: Optional[np.ndarray] = None,
                 memory_mask: Optional[np.ndarray] = None, kv_cache: Optional[dict] = None) -> np.ndarray:
@@ -113,16 +118,16 @@ class DecoderLayer(Module):
         if kv_cache is not None:
             self_cache = kv_cache.setdefault("self", {})
             cross_cache = kv_cache.setdefault("cross", {})
-        x = self.sub1(x, lambda h: self.self_attn(h, mask=self_mask, kv_cache=self_cache))
-        x = self.sub2(x, lambda h: self.cross_attn(h, memory, mask=memory_mask, kv_cache=cross_cache))
-        return self.sub3(x, self.ffn)
+        x = self.self_attn_sublayer(x, lambda h: self.self_attn(h, mask=self_mask, kv_cache=self_cache))
+        x = self.cross_attn_sublayer(x, lambda h: self.cross_attn(h, memory, mask=memory_mask, kv_cache=cross_cache))
+        return self.ffn_sublayer(x, self.ffn)
 
     def backward(self, dout: np.ndarray):
         """Returns ``(dx, dmemory)``: the memory feeds every decoder layer, so the
         caller sums the ``dmemory`` of all layers."""
         ### BEGIN SOLUTION 7.2: dx (and dmemory) through a sublayer connection, pre- or post-LN, and back through the decoder's three sublayers
-        d = self.sub3.backward(dout, self.ffn.backward)
-        d, dmemory = self.sub2.backward(d, self.cross_attn.backward)
-        dx = self.sub1.backward(d, self.self_attn.backward)
+        d = self.ffn_sublayer.backward(dout, self.ffn.backward)
+        d, dmemory = self.cross_attn_sublayer.backward(d, self.cross_attn.backward)
+        dx = self.self_attn_sublayer.backward(d, self.self_attn.backward)
         ### END SOLUTION
         return dx, dmemory

@@ -1,12 +1,11 @@
-"""Linear (fully connected) layer: ``out = x W + b``."""
+"""Linear (fully connected) layer: ``out = x W + b``. Derived in lesson 1 (Backprop by hand), §1-2."""
 from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
 import numpy as np
 
-from .buffers import empty_reusable
-from .module import Module
+from .module import Module, fast_or_textbook
 from .validation import check_float, needs_checks
 
 __all__ = ["linear_forward", "linear_backward", "Linear", "xavier_uniform"]
@@ -22,6 +21,8 @@ def linear_forward(x: np.ndarray, W: np.ndarray, b: Optional[np.ndarray]):
 
     .. math:: \\text{out} = x W + b
 
+    Derived in lesson 1 (Backprop by hand), §1-2.
+
     Parameters
     ----------
     x : ndarray, shape (..., D_in)
@@ -36,15 +37,11 @@ def linear_forward(x: np.ndarray, W: np.ndarray, b: Optional[np.ndarray]):
     out : ndarray, shape (..., D_out)
     cache : LinearCache
     """
-    # One (N, D_in) @ (D_in, D_out) product over all rows: a stacked (B, T, D) @ (D, D')
-    # would make NumPy call BLAS once per batch item, on small matrices. A large result
-    # (the logits) goes into memory reused from an earlier one nobody holds (buffers.py).
-    x2 = x.reshape(-1, x.shape[-1])
-    out = np.matmul(x2, W, out=empty_reusable((x2.shape[0], W.shape[1]), np.result_type(x2, W)))
-    out = out.reshape(*x.shape[:-1], W.shape[1])
-    if b is not None:
-        out += b
-    return out, LinearCache(x, W)
+    # Every leading axis as one axis of N rows: one (N, D_in) @ (D_in, D_out) product, where a
+    # stacked (B, T, D) @ (D, D') would call the matrix library once per batch item.
+    x_rows = x.reshape(-1, x.shape[-1])  # (N, D_in)
+    out = x_rows @ W if b is None else x_rows @ W + b  # (N, D_out)
+    return out.reshape(*x.shape[:-1], W.shape[1]), LinearCache(x, W)  # (..., D_out)
 
 
 def linear_backward(dout: np.ndarray, cache: LinearCache):
@@ -55,6 +52,8 @@ def linear_backward(dout: np.ndarray, cache: LinearCache):
         With every leading axis flattened into N rows, ``out = x W + b`` is a matrix
         product, so ``dx = dout W^T``, ``dW = x^T dout`` (a sum over rows) and ``db`` is
         the column sum of ``dout``.
+
+    Derived in lesson 1 (Backprop by hand), §2.
 
     Returns
     -------
@@ -90,7 +89,7 @@ class Linear(Module):
         """x (..., D_in) of the weights' dtype, finite -> (..., D_out)."""
         if needs_checks():  # False inside a model, which has checked its own inputs
             check_float(x, "x", self.params["W"].dtype, last_dim=self.params["W"].shape[0])
-        out, self._cache = linear_forward(x, self.params["W"], self.params.get("b"))
+        out, self._cache = fast_or_textbook(linear_forward)(x, self.params["W"], self.params.get("b"))
         return out
 
     def backward(self, dout: np.ndarray) -> np.ndarray:

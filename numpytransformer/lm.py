@@ -55,6 +55,8 @@ def lm_loss_forward(logits: np.ndarray, ids: np.ndarray):
 
     .. math:: L = -\\frac{1}{BT} \\sum_{b, t} \\log \\text{softmax}(z_{b,t})_{x_{b,t+1}}
 
+    Derived in lesson 12 (GPT), §5.
+
     Parameters
     ----------
     logits : float ndarray (B, T, V)
@@ -82,7 +84,7 @@ def lm_loss_forward(logits: np.ndarray, ids: np.ndarray):
 
 
 def lm_loss_backward(dloss: float, cache: LMLossCache) -> np.ndarray:
-    """dlogits (B, T, V) of :func:`lm_loss_forward` (lesson 12)."""
+    """dlogits (B, T, V) of :func:`lm_loss_forward`. Derived in lesson 12 (GPT), §5."""
     ### BEGIN SOLUTION 12.3: the mean next-token loss (targets: ids shifted by one) and its gradient dlogits
     dlogits = cache.probs.copy()
     B, T = cache.targets.shape
@@ -101,8 +103,8 @@ class GPTBlock(EncoderLayer):
 
     def forward(self, x: np.ndarray, mask: Optional[np.ndarray] = None, kv_cache: Optional[dict] = None):
         """x: (B, T, D); mask: causal, broadcastable to (B, H, T, S); ``kv_cache`` (inference): a dict."""
-        x = self.sub1(x, lambda h: self.self_attn(h, mask=mask, kv_cache=kv_cache))
-        return self.sub2(x, self.ffn)
+        x = self.self_attn_sublayer(x, lambda h: self.self_attn(h, mask=mask, kv_cache=kv_cache))
+        return self.ffn_sublayer(x, self.ffn)
 
 
 class TransformerLM(_Model):

@@ -1,13 +1,16 @@
-"""Softmax cross-entropy with label smoothing, padding ignored, and its fused gradient."""
+"""Softmax cross-entropy with label smoothing, padding ignored, and its fused gradient.
+
+Derived in lesson 2 (Softmax and cross-entropy), §2-5.
+"""
 from __future__ import annotations
 
 from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from .buffers import empty_reusable
 from .errors import NumpyTransformerError
-from .softmax import sum_keepdims
+from .module import fast_or_textbook
+from .softmax import log_softmax
 from .validation import as_array, check_int, check_real
 
 __all__ = ["softmax_cross_entropy_forward", "softmax_cross_entropy_backward", "cross_entropy"]
@@ -39,6 +42,7 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, pad_i
     ``F.cross_entropy(logits, y, ignore_index=pad_id, label_smoothing=eps)``. The
     paper's recipe as in the Annotated Transformer differs slightly: it puts
     :math:`\\epsilon` on the V-2 classes other than the true one and the pad.
+    Derived in lesson 2 (Softmax and cross-entropy), §2 and §5.
 
     Parameters
     ----------
@@ -62,56 +66,45 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, pad_i
     """
     V = logits.shape[-1]
     z = logits.reshape(-1, V)  # (N, V)
-    t = np.asarray(targets).reshape(-1)
+    t = np.asarray(targets).reshape(-1)  # (N,)
     valid = np.ones(t.shape, dtype=bool) if pad_id is None else t != pad_id
     n_valid = int(valid.sum())
-
-    # log p_v = z_v - lse with lse = log sum_v e^{z_v} (what log_softmax computes), read off
-    # the softmax's own sum: one new (N, V) array, the probabilities, instead of log p, its
-    # temporaries and p. On (1536, 8000) float32 each fresh array of that size costs more
-    # than the arithmetic on it (page faults).
-    m = z.max(axis=1, keepdims=True)
-    probs = np.subtract(z, m, out=empty_reusable(z.shape, z.dtype))  # (N, V); exp(z - m) <= 1 cannot overflow
-    np.exp(probs, out=probs)
-    total = sum_keepdims(probs)  # >= 1
-    probs /= total
-    lse = (m + np.log(total))[:, 0]  # (N,)
-    nll = lse - z[np.arange(len(t)), t]  # -log p_y
     eps = label_smoothing
+
+    logp = log_softmax(z, axis=1)  # (N, V)
+    nll = -logp[np.arange(len(t)), t]  # (N,), -log p_y
     if eps:
-        rows = (1.0 - eps) * nll + eps * (lse - sum_keepdims(z)[:, 0] / V)  # -mean_v log p_v: the smoothing term
+        rows = (1.0 - eps) * nll - eps * logp.mean(axis=1)  # the smoothing term: -mean_v log p_v
     else:
         rows = nll  # not 0 * (-mean log p): a -inf logit makes that mean -inf, and 0 * inf is NaN
-    loss = float(np.sum(rows[valid], dtype=np.float64) / n_valid) if n_valid else 0.0
+    loss = float(rows[valid].sum(dtype=np.float64) / n_valid) if n_valid else 0.0
+    probs = np.exp(logp)
     return loss, CrossEntropyCache(probs, t, valid, n_valid, eps, logits.shape)
 
 
-def softmax_cross_entropy_backward(dloss: float, cache: CrossEntropyCache, inplace: bool = False) -> np.ndarray:
-    """The fused gradient of softmax followed by cross-entropy, ``dloss * dL/dlogits`` (lesson 2 §4).
+def softmax_cross_entropy_backward(dloss: float, cache: CrossEntropyCache) -> np.ndarray:
+    """The fused gradient of softmax followed by cross-entropy, ``dloss * dL/dlogits``.
 
     .. solution-only::
 
         It is ``(p - q) / N``: for one row, :math:`\\partial L / \\partial z_v = p_v - q_v` because
         :math:`\\partial(-\\log p_y)/\\partial z_v = p_v - [v=y]` and :math:`\\sum_v q_v = 1`.
 
-    Pad rows get zero. ``inplace=True`` reuses the cached probabilities (no copy);
-    the cache is then spent.
+    Pad rows get zero. Derived in lesson 2 (Softmax and cross-entropy), §4-5.
 
     Returns
     -------
     dlogits : ndarray, shaped like the logits
     """
     probs, t, valid, n_valid, eps, shape = cache
-    d = probs if inplace else probs.copy()
+    d = probs.copy()  # (N, V), the softmax; a copy, so that the cache stays as it was
     ### BEGIN SOLUTION 2.1: turn d (the softmax) into dloss * dL/dlogits, zero in pad rows
-    V = d.shape[1]
-    if n_valid == 0:
-        d.fill(0)
-        return d.reshape(shape)
-    d[np.arange(len(t)), t] -= d.dtype.type(1.0 - eps)
-    if eps:
-        d -= d.dtype.type(eps / V)
-    d *= (valid * (dloss / n_valid)).astype(d.dtype)[:, None]
+    N, V = d.shape
+    dt = d.dtype.type
+    is_target = np.arange(V) == t[:, None]  # (N, V)
+    q = np.where(is_target, dt(1.0 - eps + eps / V), dt(eps / V))  # the smoothed targets
+    weight = valid * (dloss / max(n_valid, 1))  # (N,): 1/N in real rows, 0 in pad rows
+    d = (d - q) * weight.astype(d.dtype)[:, None]
     ### END SOLUTION
     return d.reshape(shape)
 
@@ -134,8 +127,8 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray, pad_id: Optional[int]
     instead, so that an infinite loss cannot pass for a diverged model.
     """
     logits, targets, pad_id, label_smoothing = _check_cross_entropy_args(logits, targets, pad_id, label_smoothing)
-    loss, cache = softmax_cross_entropy_forward(logits, targets, pad_id, label_smoothing)
-    return loss, softmax_cross_entropy_backward(1.0, cache, inplace=True)
+    loss, cache = fast_or_textbook(softmax_cross_entropy_forward)(logits, targets, pad_id, label_smoothing)
+    return loss, fast_or_textbook(softmax_cross_entropy_backward)(1.0, cache)
 
 
 def _check_cross_entropy_args(logits, targets, pad_id, label_smoothing):

@@ -13,7 +13,7 @@ from .errors import NumpyTransformerError
 from .layernorm import LayerNorm
 from .layers import DecoderLayer, EncoderLayer
 from .linear import Linear, linear_backward, linear_forward
-from .module import Module, ModuleList
+from .module import Module, ModuleList, fast_or_textbook
 from .multihead import MultiHeadAttention
 from .pooling import first_token_backward, first_token_forward, mean_pool_backward, mean_pool_forward
 from .positional import PositionalEncoding
@@ -137,7 +137,7 @@ class OutputProjection(Module):
             return self.linear(h)  # Linear checks h
         if needs_checks():  # False inside a model, which has checked its own inputs
             check_float(h, "h", self.params["b"].dtype, last_dim=self.tied.params["W"].shape[1])
-        logits, self._cache = linear_forward(h, self.tied.params["W"].T, self.params["b"])
+        logits, self._cache = fast_or_textbook(linear_forward)(h, self.tied.params["W"].T, self.params["b"])
         return logits
 
     def backward(self, dlogits: np.ndarray) -> np.ndarray:

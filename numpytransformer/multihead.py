@@ -4,18 +4,17 @@ Two forms of the same function sit side by side: the plain one of the paper
 (:func:`plain_multihead_attention_forward`: three projections Q, K, V, one matrix
 product each) and the fused one the library runs (:func:`multihead_attention_forward`:
 one product with ``[W_q W_k W_v]``, or ``[W_k W_v]`` over the memory). Same parameters,
-same outputs and gradients up to rounding.
+same outputs and gradients up to rounding. Derived in lesson 5 (Multi-head attention).
 """
 from __future__ import annotations
 
-import sys
 from typing import NamedTuple, Optional
 
 import numpy as np
 
 from .attention import AttentionCache, attention_backward, attention_forward
 from .linear import LinearCache, linear_backward, linear_forward, xavier_uniform
-from .module import Module
+from .module import Module, fast_or_textbook
 from .validation import check_float, check_mask, check_same_batch, needs_checks
 
 __all__ = [
@@ -41,7 +40,10 @@ class MHACache(NamedTuple):
 
 
 def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
-    """(B, T, D) -> (B, H, T, D/H): head ``h`` owns the slice ``[h*D/H, (h+1)*D/H)`` of the features."""
+    """(B, T, D) -> (B, H, T, D/H): head ``h`` owns the slice ``[h*D/H, (h+1)*D/H)`` of the features.
+
+    Derived in lesson 5 (Multi-head attention), §2.
+    """
     B, T, D = x.shape
     ### BEGIN SOLUTION 5.1: split_heads and merge_heads, between (B, T, D) and (B, H, T, D/H)
     return x.reshape(B, T, n_heads, D // n_heads).transpose(0, 2, 1, 3)  # (B, H, T, D/H)
@@ -49,7 +51,10 @@ def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
 
 
 def merge_heads(x: np.ndarray) -> np.ndarray:
-    """(B, H, T, D/H) -> (B, T, D): the concatenation of the heads, the inverse of :func:`split_heads`."""
+    """(B, H, T, D/H) -> (B, T, D): the concatenation of the heads, the inverse of :func:`split_heads`.
+
+    Derived in lesson 5 (Multi-head attention), §2.
+    """
     B, H, T, Dh = x.shape
     ### BEGIN SOLUTION 5.1: split_heads and merge_heads, between (B, T, D) and (B, H, T, D/H)
     return x.transpose(0, 2, 1, 3).reshape(B, T, H * Dh)  # (B, T, D)
@@ -74,7 +79,7 @@ def plain_multihead_attention_forward(x_q, x_kv, W_q, b_q, W_k, b_k, W_v, b_v, W
               \\text{out} = \\text{Concat}_h\\big(\\text{Attention}(Q^h, K^h, V^h)\\big) W_o + b_o
 
     Takes and returns what :func:`multihead_attention_forward` does (``x_kv=None`` is
-    self-attention); only the cache differs.
+    self-attention); only the cache differs. Derived in lesson 5 (Multi-head attention), §1.
     """
     H = n_heads
     self_attention = x_kv is None
@@ -94,6 +99,7 @@ def plain_multihead_attention_backward(dout: np.ndarray, cache: PlainMHACache):
     The output projection is a linear layer; the merge of heads is undone by a split and
     the splits by merges; each projection is a linear layer. K and V read ``x_kv``, so
     their input gradients add; in self-attention Q reads the same ``x``, so all three add.
+    Derived in lesson 5 (Multi-head attention), §5.
 
     Returns
     -------
@@ -138,6 +144,8 @@ def multihead_attention_forward(x_q, x_kv, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_
     -------
     out : ndarray, shape (B, T, D)
     cache : MHACache
+
+    Derived in lesson 5 (Multi-head attention), §1 and §3 (the fused projection).
     """
     H = n_heads
     if x_kv is None:
@@ -167,6 +175,7 @@ def multihead_attention_backward(dout: np.ndarray, cache: MHACache):
     (:func:`attention.attention_backward`), the split of heads (undone by merging) and
     the input projections (linear layers). In self-attention the three projections
     read the same ``x``, so their input gradients add up, which the fused product does.
+    Derived in lesson 5 (Multi-head attention), §5.
 
     Returns
     -------
@@ -195,36 +204,14 @@ def multihead_attention_backward(dout: np.ndarray, cache: MHACache):
     return dx_q, dx_kv, dW_q, db_q, dW_k, db_k, dW_v, db_v, dW_o, db_o
 
 
-#: Positions a KV cache's buffer holds at first when its cache dict names no ``"room"``.
-DEFAULT_ROOM = 16
+def append_positions(cached: np.ndarray, new: np.ndarray, room: int = 0) -> np.ndarray:
+    """The KV cache grown by the new positions: (B, H, T, D/H) and (B, H, n, D/H) -> (B, H, T + n, D/H).
 
-
-def _append_positions(cached: np.ndarray, new: np.ndarray, room: int = DEFAULT_ROOM) -> np.ndarray:
-    """``np.concatenate([cached, new], axis=2)`` for the KV cache, without copying the cache each step.
-
-    The cached keys (B, H, T, D/H) are a view of a buffer with room for more positions.
-    When nothing but the cache holds that view, and no other view of the buffer exists
-    (reference counts: a cache copied or branched by someone keeps its positions), the new
-    positions are written after the old ones and a longer view is returned. Otherwise (the
-    first append, a shared cache) the positions go into a new buffer with ``room`` positions,
-    or twice the length if that is more. A decoder that knows how long its outputs can be
-    passes that as ``room`` (the cache dict's ``"room"``), so the cache is never copied.
-    Either way the result equals the concatenation.
+    ``room`` (the most positions the cache will hold) is for the fast form
+    (``fast.append_positions``), which writes into a buffer with room to grow instead
+    of copying the cache at every step; here every step concatenates.
     """
-    B, H, T, dk = cached.shape
-    n = new.shape[2]
-    buf = cached.base
-    # 3 references each: the cache's (or the view's base), this function's name, getrefcount's argument.
-    if (isinstance(buf, np.ndarray) and buf.ndim == 4 and buf.dtype == cached.dtype
-            and buf.shape[:2] == (B, H) and buf.shape[3] == dk and buf.shape[2] >= T + n
-            and buf.strides == cached.strides and buf.ctypes.data == cached.ctypes.data
-            and sys.getrefcount(cached) <= 3 and sys.getrefcount(buf) <= 3):
-        buf[:, :, T:T + n] = new
-        return buf[:, :, :T + n]
-    buf = np.empty((B, H, max(room, 2 * (T + n)), dk), dtype=np.result_type(cached, new))
-    buf[:, :, :T] = cached
-    buf[:, :, T:T + n] = new
-    return buf[:, :, :T + n]
+    return np.concatenate([cached, new], axis=2)
 
 
 class MultiHeadAttention(Module):
@@ -259,7 +246,8 @@ class MultiHeadAttention(Module):
             mask = self._check_inputs(x, x_kv, mask, kv_cache is None)
         if kv_cache is not None:
             return self._forward_cached(x, x_kv, mask, kv_cache)
-        out, self._cache = multihead_attention_forward(x, x_kv, **self.params, n_heads=self.n_heads, mask=mask)
+        forward = fast_or_textbook(multihead_attention_forward)
+        out, self._cache = forward(x, x_kv, **self.params, n_heads=self.n_heads, mask=mask)
         self.attention_weights = self._cache.att.weights
         return out
 
@@ -279,29 +267,31 @@ class MultiHeadAttention(Module):
     def _forward_cached(self, x, x_kv, mask, kv_cache: dict) -> np.ndarray:
         p, H = self.params, self.n_heads
 
+        linear, attention, append = (fast_or_textbook(f) for f in (linear_forward, attention_forward, append_positions))
+
         def project(a, name):  # linear_forward: one (B*T, D) @ (D, D) product, not one per sentence
-            return split_heads(linear_forward(a, p["W_" + name], p["b_" + name])[0], H)
+            return split_heads(linear(a, p["W_" + name], p["b_" + name])[0], H)
 
         if x_kv is None:
             q, k, v = project(x, "q"), project(x, "k"), project(x, "v")  # (B, H, T_new, D/H)
             if "k" in kv_cache:
-                room = kv_cache.get("room", DEFAULT_ROOM)  # the most positions the decoder will cache
-                k = _append_positions(kv_cache["k"], k, room)  # (B, H, T_so_far, D/H)
-                v = _append_positions(kv_cache["v"], v, room)
+                room = kv_cache.get("room", 0)  # the most positions the decoder will cache, if it knows
+                k = append(kv_cache["k"], k, room)  # (B, H, T_so_far, D/H)
+                v = append(kv_cache["v"], v, room)
             kv_cache["k"], kv_cache["v"] = k, v
         else:
             q = project(x, "q")
             if "k" not in kv_cache:
                 kv_cache["k"], kv_cache["v"] = project(x_kv, "k"), project(x_kv, "v")  # (B, H, S, D/H)
             k, v = kv_cache["k"], kv_cache["v"]
-        att, att_cache = attention_forward(q, k, v, mask)
+        att, att_cache = attention(q, k, v, mask)
         self.attention_weights = att_cache.weights
         self._cache = None  # inference only: there is nothing to differentiate
-        return linear_forward(merge_heads(att), p["W_o"], p["b_o"])[0]
+        return linear(merge_heads(att), p["W_o"], p["b_o"])[0]
 
     def backward(self, dout: np.ndarray):
         """Returns ``dx`` for self-attention, ``(dx, dx_kv)`` for cross-attention."""
-        dx_q, dx_kv, *dparams = multihead_attention_backward(dout, self._pop_cache())
+        dx_q, dx_kv, *dparams = fast_or_textbook(multihead_attention_backward)(dout, self._pop_cache())
         for name, g in zip(PARAM_NAMES, dparams):
             self.grads[name] += g
         return dx_q if dx_kv is None else (dx_q, dx_kv)

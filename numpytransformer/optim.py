@@ -1,10 +1,11 @@
-"""Adam, the Noam learning-rate schedule, and gradient clipping by global norm."""
+"""Adam, the Noam learning-rate schedule, and gradient clipping by global norm. Derived in lesson 8 (Training)."""
 from __future__ import annotations
 
 from typing import Dict, Optional
 
 import numpy as np
 
+from . import fast
 from .errors import NumpyTransformerError
 from .validation import check_int, check_real
 
@@ -16,7 +17,7 @@ class NoamSchedule:
 
     .. math:: \\text{lr}(s) = f \\cdot d_{model}^{-0.5} \\cdot \\min(s^{-0.5},\\; s \\cdot w^{-1.5})
 
-    The two branches meet at ``s = warmup``, where the rate peaks.
+    The two branches meet at ``s = warmup``, where the rate peaks. Derived in lesson 8 (Training), §3.
     """
 
     def __init__(self, d_model: int, warmup: int = 4000, factor: float = 1.0):
@@ -36,9 +37,10 @@ def global_norm(grads: Dict[str, np.ndarray]) -> float:
     """:math:`\\sqrt{\\sum_i \\lVert g_i \\rVert^2}` over every gradient tensor.
 
     Each tensor's sum of squares is taken in its own dtype, the total in float64.
+    Derived in lesson 8 (Training), §4.
     """
     ### BEGIN SOLUTION 8.3: norm of all gradients; scale them all in place if norm > max_norm
-    return float(np.sqrt(sum(float(np.vdot(g, g)) for g in grads.values())))
+    return float(np.sqrt(sum(float(g.ravel() @ g.ravel()) for g in grads.values())))
     ### END SOLUTION
 
 
@@ -46,6 +48,7 @@ def clip_grad_norm(grads: Dict[str, np.ndarray], max_norm: float) -> float:
     """Scale all gradients in place so that their global norm is at most ``max_norm``.
 
     Returns the norm before clipping (useful to log). Like PyTorch's ``clip_grad_norm_``.
+    Derived in lesson 8 (Training), §4.
     """
     max_norm = check_real(max_norm, "max_norm", 0.0, low_open=True)
     ### BEGIN SOLUTION 8.3: norm of all gradients; scale them all in place if norm > max_norm
@@ -55,7 +58,7 @@ def clip_grad_norm(grads: Dict[str, np.ndarray], max_norm: float) -> float:
     if norm > max_norm:
         scale = max_norm / (norm + 1e-6)
         for g in grads.values():
-            g *= g.dtype.type(scale)
+            g *= scale  # in place: the modules hold their gradient arrays
     ### END SOLUTION
     return norm
 
@@ -66,7 +69,8 @@ class Adam:
     .. math:: m \\leftarrow \\beta_1 m + (1-\\beta_1) g,\\quad v \\leftarrow \\beta_2 v + (1-\\beta_2) g^2,\\quad
               \\theta \\leftarrow \\theta - \\text{lr}\\,\\frac{m / (1-\\beta_1^t)}{\\sqrt{v / (1-\\beta_2^t)} + \\epsilon}
 
-    Parameters are updated in place, so the model's arrays change under it.
+    Parameters are updated in place, so the model's arrays change under it. Derived in
+    lesson 8 (Training), §2.
 
     Parameters
     ----------
@@ -87,19 +91,6 @@ class Adam:
         self.t = 0
         self.m = {k: np.zeros_like(p) for k, p in params.items()}
         self.v = {k: np.zeros_like(p) for k, p in params.items()}
-        self._work: Dict[np.dtype, np.ndarray] = {}  # scratch of the largest parameter's size, per dtype
-
-    def _work_array(self, p: np.ndarray) -> np.ndarray:
-        """A scratch array shaped like ``p``, reused by every parameter and every step.
-
-        Adam's update written with NumPy temporaries allocates six arrays of each
-        parameter's size per step; working in one reused array does the same arithmetic
-        without them (0.69x the time of ``step`` on the translation model's 11.7 M parameters).
-        """
-        buf = self._work.get(p.dtype)
-        if buf is None or buf.size < p.size:
-            buf = self._work[p.dtype] = np.empty(max(q.size for q in self.params.values()), dtype=p.dtype)
-        return buf[:p.size].reshape(p.shape)
 
     def current_lr(self, step: Optional[int] = None) -> float:
         step = self.t if step is None else step
@@ -116,26 +107,18 @@ class Adam:
                                  f"expected shape {p.shape} and dtype {p.dtype} like the parameter")
         self.t += 1
         lr = self.current_lr(self.t)
-        b1, b2 = self.beta1, self.beta2
+        if fast.enabled():  # the same update, in one reused scratch array (fast.adam_step)
+            fast.adam_step(self, grads, lr)
+            return lr
+        b1, b2, eps, t = self.beta1, self.beta2, self.eps, self.t
         ### BEGIN SOLUTION 8.2: update the moments self.m, self.v and every parameter in place, bias-corrected
-        # Fold both bias corrections into one step size, as the Adam paper's section 2 suggests.
-        step_size = lr * np.sqrt(1 - b2 ** self.t) / (1 - b1 ** self.t)
-        eps_hat = self.eps * np.sqrt(1 - b2 ** self.t)
         for k, p in self.params.items():
-            g, m, v = grads[k], self.m[k], self.v[k]
-            dt = p.dtype.type
-            s = self._work_array(p)  # every intermediate goes here: no temporaries
-            m *= dt(b1)
-            m += np.multiply(g, dt(1 - b1), out=s)  # m = b1 m + (1 - b1) g
-            v *= dt(b2)
-            np.multiply(g, g, out=s)
-            s *= dt(1 - b2)
-            v += s  # v = b2 v + (1 - b2) g^2
-            np.sqrt(v, out=s)
-            s += dt(eps_hat)
-            np.divide(m, s, out=s)
-            s *= dt(step_size)
-            p -= s  # p = p - step_size m / (sqrt(v) + eps_hat)
+            g = grads[k]
+            self.m[k] = b1 * self.m[k] + (1 - b1) * g  # first moment: a running mean of g
+            self.v[k] = b2 * self.v[k] + (1 - b2) * g * g  # second moment: a running mean of g^2
+            m_hat = self.m[k] / (1 - b1 ** t)  # bias corrections: m and v start at 0
+            v_hat = self.v[k] / (1 - b2 ** t)
+            p -= lr * m_hat / (np.sqrt(v_hat) + eps)  # in place: the model holds p
         ### END SOLUTION
         return lr
 

@@ -1,4 +1,9 @@
-"""Summarising a sequence into one vector for classification."""
+"""Summarising a sequence into one vector for classification.
+
+No lesson derives these two: the mean pool is a linear map (weight 1/count at each real position),
+so its backward is lesson 1 (Backprop by hand), §2's ``dx = dout W^T``; the first-token summary is a
+lookup, whose backward is lesson 3 (Token embeddings), §2's scatter.
+"""
 from __future__ import annotations
 
 from typing import NamedTuple

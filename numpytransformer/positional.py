@@ -1,5 +1,8 @@
 """Positions: the sinusoidal encoding of the paper (Vaswani et al., 2017, section 3.5),
-and the learned position embedding of GPT (Radford et al., 2018)."""
+and the learned position embedding of GPT (Radford et al., 2018).
+
+Derived in lesson 3 (Token embeddings and positional encoding), §5-6, and lesson 12 (GPT), §4.
+"""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -20,6 +23,7 @@ def sinusoidal_encoding(max_len: int, d_model: int, dtype=np.float64) -> np.ndar
     .. math:: PE_{(pos, 2i)} = \\sin(pos / 10000^{2i/d}),\\quad PE_{(pos, 2i+1)} = \\cos(pos / 10000^{2i/d})
 
     Computed in float64 and then cast, so float32 and float64 tables agree to float32 precision.
+    Derived in lesson 3 (Token embeddings and positional encoding), §5.
     """
     ### BEGIN SOLUTION 3.2: pe, the float64 (max_len, d_model) table: sines in even columns, cosines in odd ones
     pos = np.arange(max_len, dtype=np.float64)[:, None]  # (L, 1)
@@ -36,14 +40,14 @@ def positional_forward(x: np.ndarray, pe: np.ndarray, offset: int = 0):
     """``out[:, t] = x[:, t] + PE[offset + t]`` for x of shape (B, T, D).
 
     Assumes ``offset + T <= max_len`` (the rows of ``pe``) and ``x`` of pe's width and
-    dtype; :class:`PositionalEncoding` checks.
+    dtype; :class:`PositionalEncoding` checks. Lesson 3, §5.
     """
     T = x.shape[1]
     return x + pe[offset:offset + T], None
 
 
 def positional_backward(dout: np.ndarray, cache=None) -> np.ndarray:
-    """Adding a constant passes the gradient through unchanged."""
+    """Adding a constant passes the gradient through unchanged. Lesson 3, §5."""
     return dout
 
 
@@ -98,19 +102,23 @@ def learned_positional_forward(x: np.ndarray, P: np.ndarray, offset: int = 0):
     -------
     out : ndarray, shape (B, T, D)
     cache : LearnedPositionalCache
+
+    Derived in lesson 12 (GPT), §4.
     """
     T = x.shape[1]
     return x + P[offset:offset + T], LearnedPositionalCache(P.shape[0], offset)
 
 
 def learned_positional_backward(dout: np.ndarray, cache: LearnedPositionalCache):
-    """Gradients of the addition ``out = x + P[offset + t]`` (lesson 12).
+    """Gradients of the addition ``out = x + P[offset + t]``.
 
     .. solution-only::
 
         ``out`` is linear in both: ``dx = dout``. Row ``offset + t`` of the table is added to
         every sequence of the batch, so its gradient is the sum over the batch of
         ``dout[:, t]``; rows the forward did not read get zero.
+
+    Derived in lesson 12 (GPT), §4.
 
     Returns
     -------

@@ -1,4 +1,4 @@
-"""ReLU: ``out = max(x, 0)``."""
+"""ReLU: ``out = max(x, 0)``. Derived in lesson 1 (Backprop by hand), §4."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -19,9 +19,10 @@ def relu_forward(x: np.ndarray):
     """:math:`\\text{out} = \\max(x, 0)` elementwise. Returns ``(out, cache)``.
 
     Assumes a finite float ``x`` (:class:`ReLU` checks); ``np.maximum`` would pass a NaN
-    through. Negative inputs (and -0.0) give +0.0.
+    through. Negative inputs (and -0.0) give +0.0. Derived in lesson 1 (Backprop by hand), §4.
     """
-    return np.maximum(x, 0), ReLUCache(x > 0)  # not x * (x > 0): a float-by-bool product is twice as slow
+    out = np.maximum(x, 0)
+    return out, ReLUCache(x > 0)
 
 
 def relu_backward(dout: np.ndarray, cache: ReLUCache) -> np.ndarray:
@@ -29,7 +30,9 @@ def relu_backward(dout: np.ndarray, cache: ReLUCache) -> np.ndarray:
 
     .. solution-only::
 
-        The derivative is 1 where ``x > 0`` and 0 elsewhere.
+        The derivative is 1 where ``x > 0`` and 0 elsewhere: ``dx = dout * [x > 0]``.
+
+    Derived in lesson 1 (Backprop by hand), §4.
     """
     ### BEGIN SOLUTION 1.2: dx of ReLU, shaped like x, with derivative 0 at the kink
     return dout * cache.positive

@@ -22,6 +22,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from .errors import NumpyTransformerError
+from .softmax import softmax
 from .validation import check_bool, check_ids, check_int
 
 __all__ = ["next_token_probs", "top_k_filter", "top_p_filter", "sample_from", "generate"]
@@ -80,8 +81,7 @@ def _probs(z: np.ndarray, temperature: float, top_k: Optional[int], top_p: Optio
         probs[int(np.argmax(z))] = 1.0
         return probs
     with np.errstate(over="ignore"):  # a tiny temperature sends the others to -inf: probability 0
-        probs = np.exp((z - z.max()) / temperature)  # the largest first: never inf / inf
-    probs /= probs.sum()
+        probs = softmax((z - z.max()) / temperature)  # the max taken first: z / tau could overflow to inf
     if top_k is not None:
         probs = top_k_filter(probs, top_k)
     if top_p is not None:

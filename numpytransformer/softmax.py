@@ -1,28 +1,17 @@
-"""Softmax and log-softmax, numerically stable: the one home of both in the library."""
-from __future__ import annotations
+"""Softmax and log-softmax, numerically stable: the one home of both in the library.
 
-from typing import Optional
+Derived in lesson 2 (Softmax and cross-entropy), §1. The loss (``losses.py``), attention,
+decoding and sampling all take theirs from here; the fast form the Modules run
+(``fast.softmax``) is checked against this one in ``tests/test_fast.py``.
+"""
+from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["softmax", "log_softmax", "sum_keepdims"]
+__all__ = ["softmax", "log_softmax"]
 
 
-def sum_keepdims(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """``x.sum(axis=axis, keepdims=True)`` of a float array.
-
-    Over the last axis it is taken as an einsum: NumPy's reduction pays a call per row, which
-    dominates when rows are short (attention weights over 20 keys: 0.25 ms for 10,240 rows,
-    against 0.05 ms as an einsum). The einsum adds without NumPy's pairwise summation: in
-    float32 softmax rows of 8,000 and 100,000 sum to within 6.4e-7 and 1.4e-6 of 1
-    (``benchmarks/micro_rowsum_relu.py``, its log in ``benchmarks/logs``).
-    """
-    if axis in (-1, x.ndim - 1) and x.dtype.kind == "f":
-        return np.einsum("...j->...", x)[..., None]
-    return x.sum(axis=axis, keepdims=True)
-
-
-def softmax(x: np.ndarray, axis: int = -1, out: Optional[np.ndarray] = None) -> np.ndarray:
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Softmax along ``axis``.
 
     .. math:: \\text{softmax}(x)_i = \\frac{e^{x_i - m}}{\\sum_j e^{x_j - m}}, \\qquad m = \\max_j x_j
@@ -34,17 +23,13 @@ def softmax(x: np.ndarray, axis: int = -1, out: Optional[np.ndarray] = None) -> 
     ----------
     x : float ndarray
     axis : int, optional
-    out : ndarray, optional
-        Where to write the result; ``out=x`` works in place.
 
     Returns
     -------
     ndarray, shaped and typed like ``x``
     """
-    out = np.subtract(x, x.max(axis=axis, keepdims=True), out=out)
-    np.exp(out, out=out)
-    out /= sum_keepdims(out, axis)
-    return out
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
 
 
 def log_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -65,6 +50,4 @@ def log_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     ndarray, shaped and typed like ``x``
     """
     shifted = x - x.max(axis=axis, keepdims=True)
-    # In place: on a (N, V) array of logits every fresh temporary costs a pass over memory.
-    shifted -= np.log(sum_keepdims(np.exp(shifted), axis))
-    return shifted
+    return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))

@@ -24,9 +24,9 @@ import pytest
 from numpytransformer.exercises import BY_ID, EXERCISES, trusted
 from numpytransformer.exercises.__main__ import main
 from numpytransformer.exercises.checks import JUDGES, Grader, diagnose, run_check
-from numpytransformer.exercises.fences import (FenceError, build_edition, cut_notebook, enclosing_function,
-                                               library_fences, notebook_fences, package_dir, parse_fences,
-                                               placeholder, replace_fences)
+from numpytransformer.exercises.fences import (BuildError, FenceError, build_edition, cut_notebook,
+                                               enclosing_function, library_fences, notebook_fences, package_dir,
+                                               parse_fences, placeholder, replace_fences, without_fast_forms)
 from numpytransformer.exercises.reference import compute
 
 ROOT = package_dir().parent
@@ -565,6 +565,31 @@ def test_solved_releases_chosen_solutions(tmp_path, capsys):
     assert "4.1 (released)" in (edition_dir / "EXERCISES.md").read_text()
 
 
+def test_the_edition_trains_on_the_students_pairs_not_the_fast_forms(tmp_path):
+    """The edition's fast.py has the switch but no fast forms (they hold solutions), and is off even
+    with NUMPYTRANSFORMER_FAST=1: with every solution but 4.1 released, a model's forward reaches the
+    student's attention_forward (and its raise)."""
+    edition_dir = tmp_path / "edition"
+    build_edition(edition_dir, solved=[e.id for e in EXERCISES if e.id != "4.1"])
+    code = ("import numpy as np\n"
+            "from numpytransformer import Transformer, TransformerConfig, fast\n"
+            "from numpytransformer.module import FAST_FORMS\n"
+            "from numpytransformer.fast import *  # __all__ names only what the edition's fast.py holds\n"
+            "fast.use_fast(True)\n"
+            "print(fast.enabled(), len(FAST_FORMS), hasattr(fast, 'attention_backward'))\n"
+            "cfg = TransformerConfig(src_vocab_size=7, tgt_vocab_size=7, d_model=8, n_heads=2, n_layers=1, d_ff=16,\n"
+            "                        max_len=6, dropout=0.0, dtype='float64')\n"
+            "Transformer(cfg).forward(np.ones((1, 3), int), np.ones((1, 3), int))\n")
+    env = dict(_env(), NUMPYTRANSFORMER_FAST="1")
+    r = subprocess.run([sys.executable, "-c", code], cwd=edition_dir, capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.stdout.split() == ["False", "0", "False"], r.stdout + r.stderr
+    assert "NotImplementedError: Exercise 4.1" in r.stderr, r.stderr
+    assert "ON_BY_DEFAULT = False" in (edition_dir / "numpytransformer" / "fast.py").read_text()
+    with pytest.raises(BuildError, match="BEGIN FAST FORMS"):
+        without_fast_forms("ON_BY_DEFAULT = True\n")
+
+
 def test_each_exercise_passes_once_it_and_what_it_needs_are_written(tmp_path):
     """The "needs" column is complete: with those fences restored, the exercise passes."""
     fences = library_fences()
@@ -740,8 +765,8 @@ def _graded_with(tmp_path: Path, exercise_id: str, old: str, new: str):
 
 @pytest.mark.parametrize("exercise_id, old, new, expected", [
     ("7.2", "dx = dout + self.norm.backward(dsub)", "dx = self.norm.backward(dsub)", "dx: relative error"),
-    ("7.2", "d, dmemory = self.sub2.backward(d, self.cross_attn.backward)",
-     "d, dmemory = self.sub2.backward(d, self.cross_attn.backward)[0], None", "dmemory is None"),
+    ("7.2", "d, dmemory = self.cross_attn_sublayer.backward(d, self.cross_attn.backward)",
+     "d, dmemory = self.cross_attn_sublayer.backward(d, self.cross_attn.backward)[0], None", "dmemory is None"),
     ("9.1", "model._decode_step(ys[:, -1:]", "model._decode_step(ys[:, :1]", "greedy_decode, sentence"),
     ("9.2", 'cache["self"][part][...] = cache["self"][part][flat]', "pass", "beam_search, sentence"),
     ("9.2", "lengths = np.take_along_axis(lengths, beam, axis=1) + ~was_finished",

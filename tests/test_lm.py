@@ -149,9 +149,9 @@ def test_torch_parity(norm_first, positions):
         layer.self_attn.out_proj.bias.data = t(p[q + "self_attn.b_o"])
         layer.linear1.weight.data, layer.linear1.bias.data = t(p[q + "ffn.W1"].T), t(p[q + "ffn.b1"])
         layer.linear2.weight.data, layer.linear2.bias.data = t(p[q + "ffn.W2"].T), t(p[q + "ffn.b2"])
-        for k in (1, 2):
-            getattr(layer, f"norm{k}").weight.data = t(p[q + f"sub{k}.norm.gamma"])
-            getattr(layer, f"norm{k}").bias.data = t(p[q + f"sub{k}.norm.beta"])
+        for k, sublayer in ((1, "self_attn_sublayer"), (2, "ffn_sublayer")):
+            getattr(layer, f"norm{k}").weight.data = t(p[q + f"{sublayer}.norm.gamma"])
+            getattr(layer, f"norm{k}").bias.data = t(p[q + f"{sublayer}.norm.beta"])
         layers.append(layer)
     final = nn.LayerNorm(D, dtype=torch.float64)
     if norm_first:
@@ -186,7 +186,8 @@ def test_torch_parity(norm_first, positions):
             pairs.append((q + f"self_attn.W_{name}", torch.tensor(dW_in[:, j * D:(j + 1) * D])))
         pairs += [(q + "self_attn.W_o", layer.self_attn.out_proj.weight.grad.T),
                   (q + "ffn.W1", layer.linear1.weight.grad.T), (q + "ffn.W2", layer.linear2.weight.grad.T),
-                  (q + "sub1.norm.gamma", layer.norm1.weight.grad), (q + "sub2.norm.beta", layer.norm2.bias.grad)]
+                  (q + "self_attn_sublayer.norm.gamma", layer.norm1.weight.grad),
+                  (q + "ffn_sublayer.norm.beta", layer.norm2.bias.grad)]
     for name, grad_t in pairs:
         assert rel_error(g[name], grad_t.numpy()) < PARITY_TOL, name
 

@@ -248,7 +248,8 @@ def encoder_layer_errors(norm_first: bool, seed: int = 0) -> Dict[str, float]:
                                               batch_first=True, norm_first=norm_first, dtype=torch.float64)
     theirs.train()  # no fused inference fast path
     links = (mha_links("self_attn.", ours.self_attn, "self_attn") + ffn_links(ours.ffn)
-             + norm_links("norm1.", ours.sub1.norm, "norm1") + norm_links("norm2.", ours.sub2.norm, "norm2"))
+             + norm_links("norm1.", ours.self_attn_sublayer.norm, "norm1")
+             + norm_links("norm2.", ours.ffn_sublayer.norm, "norm2"))
     load_into_torch(links, theirs)
 
     x = rng.standard_normal((B, S, D))
@@ -281,8 +282,9 @@ def decoder_layer_errors(norm_first: bool, seed: int = 0) -> Dict[str, float]:
     theirs.train()
     links = (mha_links("self_attn.", ours.self_attn, "self_attn")
              + mha_links("multihead_attn.", ours.cross_attn, "cross_attn") + ffn_links(ours.ffn)
-             + norm_links("norm1.", ours.sub1.norm, "norm1") + norm_links("norm2.", ours.sub2.norm, "norm2")
-             + norm_links("norm3.", ours.sub3.norm, "norm3"))
+             + norm_links("norm1.", ours.self_attn_sublayer.norm, "norm1")
+             + norm_links("norm2.", ours.cross_attn_sublayer.norm, "norm2")
+             + norm_links("norm3.", ours.ffn_sublayer.norm, "norm3"))
     load_into_torch(links, theirs)
 
     x = rng.standard_normal((B, T, D))

@@ -1,4 +1,7 @@
-"""The one softmax / log_softmax (numpytransformer/softmax.py) and the names that re-export it."""
+"""The one softmax / log_softmax (numpytransformer/softmax.py) and the names that re-export it.
+
+Its fast form (fast.softmax, written into an array of the caller's) is checked in test_fast.py.
+"""
 import numpy as np
 import pytest
 
@@ -31,13 +34,9 @@ def test_stable_where_the_naive_formula_overflows_or_underflows():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_dtype_preserved_and_in_place(dtype):
+def test_dtype_preserved(dtype):
     x = np.random.default_rng(1).standard_normal((2, 6)).astype(dtype)
-    expected = softmax(x.copy())
-    assert expected.dtype == dtype and log_softmax(x).dtype == dtype
-    out = softmax(x, out=x)
-    assert out is x
-    np.testing.assert_array_equal(out, expected)
+    assert softmax(x).dtype == dtype and log_softmax(x).dtype == dtype
 
 
 def test_old_import_paths_are_the_same_functions():

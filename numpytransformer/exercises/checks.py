@@ -192,8 +192,8 @@ def _pair_properties(g: Grader, eid: str, pre: str, i: int, case: trusted.Case, 
         g.require(np.all(d[~valid] == 0), f"dlogits is not zero in rows whose target is the pad id [{name}]: pad "
                                           f"targets are not in the loss, so they get no gradient ({sec})")
         g.require(not _text(got, f"{pre}c{i}.cache_changed"),
-                  f"backward(..., inplace=False) changed the cache ({_text(got, f'{pre}c{i}.cache_changed')}) [{name}]; "
-                  "work on d, which is then a copy")
+                  f"backward changed the cache ({_text(got, f'{pre}c{i}.cache_changed')}) [{name}]; "
+                  "work on d, which is a copy")
     elif eid == "3.1":
         d = got.get(f"{pre}c{i}.dW")
         if d is not None and case.static["pad_id"] is not None:
@@ -405,8 +405,9 @@ def judge_encoder_layer(g: Grader, eid: str, got: dict, exp: dict) -> None:
             name = key.split(".", 1)[1]
             label = name if name == "dx" else f"gradient of {name[1:]}"
             g.gradient(got, key, label, exp[key], KINK_TOL, case,
-                       "back through sub2 with the FFN's backward, then sub1 with self-attention's; each Residual "
-                       "adds its input's gradient to the sublayer's (lesson 7 §1)" if name == "dx" else "")
+                       "back through ffn_sublayer with the FFN's backward, then self_attn_sublayer with "
+                       "self-attention's; each Residual adds its input's gradient to the sublayer's (lesson 7 §1)"
+                       if name == "dx" else "")
 
 
 # --------------------------------------------------------------------------- #
@@ -427,7 +428,7 @@ def judge_decoder_layer(g: Grader, eid: str, got: dict, exp: dict) -> None:
             name = key.split(".", 1)[1]
             label = name if name in ("dx", "dmemory") else f"gradient of {name[1:]}"
             hint = {"dmemory": "the memory reaches the layer only through cross-attention's keys and values, so its "
-                               "gradient is what sub2's backward hands back beside dx (lesson 7 §2)",
+                               "gradient is what cross_attn_sublayer's backward hands back beside dx (lesson 7 §2)",
                     "dx": "post-LN: through the LayerNorm first, then the residual and the sublayer add; pre-LN: dout "
                           "reaches x unchanged, plus the LayerNorm's backward of the sublayer's (lesson 6 §4)"}
             g.gradient(got, key, label, exp[key], KINK_TOL, case, hint.get(name, ""))

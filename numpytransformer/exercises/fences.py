@@ -32,6 +32,10 @@ the derivation, or code that leaves the derived expression to the student (the c
 after it stay). In the library, a docstring block opened by ``.. solution-only::`` (the
 formula a backward computes) is dropped from the student edition, with everything indented
 under it. ``build --guided`` makes a gentler edition that keeps both.
+
+Either edition's ``fast.py`` keeps the switch but none of the fast forms
+(:func:`without_fast_forms`): they would give the solutions away, and its Modules, loss and
+Adam must run the student's own pairs.
 """
 from __future__ import annotations
 
@@ -47,7 +51,7 @@ from .catalog import BY_ID, EXERCISES, check_command
 __all__ = ["Fence", "FenceError", "BuildError", "parse_fences", "library_fences", "placeholder",
            "replace_fences", "enclosing_function", "build_edition", "exercises_markdown", "NotebookFence",
            "notebook_fences", "cut_notebook", "keep_fences", "hide_derivations", "strip_solution_only",
-           "SOLUTION_ONLY"]
+           "SOLUTION_ONLY", "without_fast_forms"]
 
 _BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION (?P<id>\d+\.\d+): (?P<title>\S.*?)\s*$")
 _END = re.compile(r"^(?P<indent>[ \t]*)### END SOLUTION\s*$")
@@ -339,6 +343,21 @@ def _parse_solved(solved) -> List[str]:
     return ids
 
 
+_FAST_FORMS = re.compile(r"^# ---- BEGIN FAST FORMS.*?^# ---- END FAST FORMS ----$", re.MULTILINE | re.DOTALL)
+_FAST_DEFAULT = re.compile(r"^ON_BY_DEFAULT = .*$", re.MULTILINE)
+
+
+def without_fast_forms(text: str) -> str:
+    """The student edition's ``fast.py``: the switch, no fast forms (``PAIRS`` empty), off by default."""
+    text, n = _FAST_FORMS.subn("PAIRS: dict = {}  # the student edition has no fast forms: the Modules run "
+                               "the student's pairs", text)
+    text, m = _FAST_DEFAULT.subn("ON_BY_DEFAULT = False  # the student edition: the student's pairs run", text)
+    if (n, m) != (1, 1):
+        raise BuildError("fast.py has no '# ---- BEGIN FAST FORMS' ... '# ---- END FAST FORMS ----' block and "
+                         "'ON_BY_DEFAULT = ...' line to cut from the edition")
+    return text
+
+
 def _write_notebook(path: Path, nb: dict) -> None:
     path.write_text(json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
 
@@ -401,6 +420,8 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=(), guided: bool =
         except SyntaxError as e:
             raise BuildError(f"{rel}: the student version does not compile ({e.msg}, line {e.lineno})") from None
         target.write_text(text, encoding="utf-8")
+    fast_py = out / pkg.name / "fast.py"
+    fast_py.write_text(without_fast_forms(fast_py.read_text(encoding="utf-8")), encoding="utf-8")
     if not guided:
         for path in sorted((out / pkg.name).rglob("*.py")):
             if "exercises" not in path.relative_to(out / pkg.name).parts:
