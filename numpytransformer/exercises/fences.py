@@ -31,6 +31,7 @@ import ast
 import json
 import re
 import shutil
+import textwrap
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
@@ -165,6 +166,29 @@ def enclosing_function(text: str, line: int) -> Optional[str]:
                     visit(child, name + ".")
     visit(ast.parse(text), "")
     return best
+
+
+def function_node(text: str, qualname: str):
+    """The ``ast`` node of the def named ``qualname`` (``Class.method`` or ``function``) in ``text``."""
+    node = ast.parse(text)
+    for part in qualname.split("."):
+        node = next((c for c in ast.iter_child_nodes(node)
+                     if isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and c.name == part), None)
+        if node is None:
+            raise KeyError(f"no def {qualname} in the file")
+    return node
+
+
+def function_span(text: str, qualname: str):
+    """(first line, last line), from 1, of the def ``qualname`` in ``text``, its decorators included."""
+    node = function_node(text, qualname)
+    return min([node.lineno] + [d.lineno for d in node.decorator_list]), node.end_lineno
+
+
+def function_source(text: str, qualname: str) -> str:
+    """The source of the def ``qualname`` in ``text``, dedented (a method becomes a plain def)."""
+    first, last = function_span(text, qualname)
+    return textwrap.dedent("".join(text.splitlines(keepends=True)[first - 1:last]))
 
 
 class NotebookFence(NamedTuple):
