@@ -39,7 +39,7 @@ from .catalog import BY_ID, EXERCISES, check_command
 
 __all__ = ["Fence", "FenceError", "BuildError", "parse_fences", "library_fences", "placeholder",
            "replace_fences", "enclosing_function", "build_edition", "exercises_markdown", "NotebookFence",
-           "notebook_fences", "cut_notebook", "keep_fences"]
+           "notebook_fences", "cut_notebook", "keep_fences", "function_source", "function_span", "release"]
 
 _BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION (?P<id>\d+\.\d+): (?P<title>\S.*?)\s*$")
 _END = re.compile(r"^(?P<indent>[ \t]*)### END SOLUTION\s*$")
@@ -323,9 +323,13 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=()) -> List[Fence]
     root = pkg.parent
     out = Path(out_dir)
     keep = set(_parse_solved(solved))
-    if out.exists() and not out.is_dir():
+    try:
+        exists = out.exists()
+    except OSError as e:  # a path the system refuses to look at (too long, not allowed)
+        raise BuildError(f"OUT_DIR {str(out)!r} cannot be used: {e.strerror or e}") from None
+    if exists and not out.is_dir():
         raise BuildError(f"OUT_DIR {str(out)!r} is a file; give a new or empty directory")
-    if out.exists() and any(out.iterdir()):
+    if exists and any(out.iterdir()):
         raise BuildError(f"OUT_DIR {str(out)!r} is not empty; give a new or empty directory")
     for inside in (pkg, root / "lessons"):
         if out.resolve() == inside or inside in out.resolve().parents:
@@ -341,7 +345,10 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=()) -> List[Fence]
         raise BuildError(f"malformed fence: {e}") from None
     _check_against_catalog(fences)
 
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a parent that is a file, a folder that cannot be written, ...
+        raise BuildError(f"OUT_DIR {str(out)!r} cannot be created: {e.strerror or e}") from None
     shutil.copytree(pkg, out / pkg.name, ignore=_IGNORE)
     if (root / "lessons").is_dir():
         shutil.copytree(root / "lessons", out / "lessons", ignore=_IGNORE)
@@ -363,6 +370,9 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=()) -> List[Fence]
         except SyntaxError as e:
             raise BuildError(f"{rel}: the student version does not compile ({e.msg}, line {e.lineno})") from None
         target.write_text(text, encoding="utf-8")
+    from .hints import STUDENT_EDITION  # the formula-level hints reach students through the teacher's grader only
+
+    (out / pkg.name / "exercises" / "hints.py").write_text(STUDENT_EDITION, encoding="utf-8")
     for p, nb in notebooks.items():
         cut_notebook(nb, p.name, keep)
         _write_notebook(out / "lessons" / p.name, nb)
@@ -371,6 +381,76 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=()) -> List[Fence]
     write_reference_file(out / pkg.name / "exercises" / "reference.npz", [e.id for e in EXERCISES])
     (out / "EXERCISES.md").write_text(exercises_markdown(sorted(keep, key=list(BY_ID).index)), encoding="utf-8")
     return fences
+
+
+def _placeholder_lines(text: str, exercise_id: str, qualname: str) -> List[int]:
+    """Line numbers (from 1) of the edition's ``raise NotImplementedError("Exercise <id>: ...`` in ``qualname``."""
+    marker = f'raise NotImplementedError("Exercise {exercise_id}: '
+    return [n for n, line in enumerate(text.splitlines(), start=1)
+            if line.strip().startswith(marker) and enclosing_function(text, n) == qualname]
+
+
+def release(ids, student_dir, pkg: Optional[Path] = None) -> List[str]:
+    """Write the reference solutions of exercises ``ids`` into a student's existing folder.
+
+    Only those solutions change: where the student's file still raises the edition's
+    ``NotImplementedError`` for the exercise, that line becomes the fenced code; where the
+    student wrote code instead, their version of the function is replaced by the reference
+    one. Every other line of the student's stays as it is. Returns what was done, one line
+    each; :class:`BuildError` (nothing written) if an id, the folder or a function is missing.
+    """
+    pkg = package_dir() if pkg is None else Path(pkg).resolve()
+    keep = _parse_solved(ids)
+    if not keep:
+        raise BuildError("IDS: give exercise ids, comma-separated (4.1,4.2)")
+    student = Path(student_dir)
+    if not (student / pkg.name / "__init__.py").is_file():
+        raise BuildError(f"--into {str(student)!r} holds no {pkg.name}/__init__.py; give the student's folder")
+    try:
+        fences = [f for f in library_fences(pkg) if f.id in keep]
+    except FenceError as e:
+        raise BuildError(f"malformed fence: {e}") from None
+    missing = [i for i in keep if i not in {f.id for f in fences}]
+    if missing:
+        raise BuildError(f"no fence for exercise(s) {', '.join(missing)} in {pkg}; release from the full repository")
+    texts: Dict[str, str] = {}
+    done = []
+    for fence in fences:
+        source = (pkg.parent / fence.path).read_text(encoding="utf-8")
+        qualname = enclosing_function(source, fence.begin)
+        target = student / fence.path
+        if fence.path not in texts:
+            if not target.is_file():
+                raise BuildError(f"{target} is missing from the student's folder")
+            texts[fence.path] = target.read_text(encoding="utf-8")
+        text = texts[fence.path]
+        lines = text.splitlines(keepends=True)
+        newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
+        raises = _placeholder_lines(text, fence.id, qualname)
+        if raises:
+            body = source.splitlines(keepends=True)[fence.begin:fence.end - 1]
+            lines[raises[0] - 1:raises[0]] = [line.rstrip("\r\n") + newline for line in body]
+            done.append(f"{fence.id}: {fence.path} {qualname}, the raise line replaced by the solution")
+        else:
+            try:
+                first, last = function_span(text, qualname)
+            except (KeyError, SyntaxError) as e:
+                raise BuildError(f"{target}: cannot find {qualname} in the student's file ({e})") from None
+            indent = lines[first - 1][:len(lines[first - 1]) - len(lines[first - 1].lstrip())]
+            reference = [line for line in function_source(source, qualname).splitlines()
+                         if not (_BEGIN.match(line) or _END.match(line))]
+            lines[first - 1:last] = [(indent + line if line.strip() else "") + newline for line in reference]
+            done.append(f"{fence.id}: {fence.path} {qualname}, the student's version replaced by the solution")
+        texts[fence.path] = "".join(lines)
+    for rel, text in texts.items():
+        try:
+            compile(text, rel, "exec")
+        except SyntaxError as e:
+            raise BuildError(f"{rel}: the student's file does not compile with the solution in "
+                             f"({e.msg}, line {e.lineno}); nothing was written") from None
+    for rel, text in texts.items():
+        (student / rel).write_text(text, encoding="utf-8")
+    return done
 
 
 def exercises_markdown(solved: Sequence[str] = ()) -> str:
