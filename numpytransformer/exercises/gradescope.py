@@ -154,7 +154,7 @@ def results_document(results, notes: List[str] = ()) -> dict:
         for k, (entry, passed, output) in enumerate(cases, start=1):
             share = e.points / len(cases)
             tests.append({"name": f"{e.id} {e.function}: {entry}", "number": f"{e.id}.{k}",
-                          "score": round(share if passed else 0.0, 4), "max_score": round(share, 4),
+                          "score": round(share if passed else 0.0, 6), "max_score": round(share, 6),
                           "status": "passed" if passed else "failed", "output": output})
     summary = [r.line.splitlines()[0] for r in results]
     return {"score": round(sum(r.score for r in results), 2),

@@ -32,8 +32,8 @@ FORMULAS: Dict[str, Dict[str, str]] = {
             "large": "subtract each row's max before exp (the softmax helper does)",
             "dtypes": "a NumPy float64 scalar such as np.sqrt(d_k) turns float32 arrays into float64, use "
                       "q.dtype.type(...) or a Python float"},
-    "4.2": {"dv": "dV = P^T dO", "dq": "dQ = c dS K with dS = P * (dP - rowsum(dP * P)) and dP = dO V^T",
-            "dk": "dK = c dS^T Q", "row sums": "is the -rowsum(dP * P) term missing?"},
+    "4.2": {"dv": "dv = P^T dout: each key position collects the weights it got, times dout",
+            "dq": "dQ = c dS K with dS = P * (dP - rowsum(dP * P)) and dP = dO V^T", "dk": "dK = c dS^T Q", "row sums": "is the -rowsum(dP * P) term missing?"},
     "5.1": {"split_heads(x, n_heads)": "reshape to (B, T, H, D/H), then swap the T and H axes",
             "merge_heads(heads)": "swap the H and T axes back, then reshape to (B, T, D)"},
     "5.2": {"db_k": "the key bias's gradient is 0: it shifts a whole row of scores, which softmax ignores",

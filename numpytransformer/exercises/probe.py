@@ -238,7 +238,8 @@ def _load_package(root: Path):
 def swap_in(swaps) -> None:
     """Put each reference function of ``swaps`` in place of the student's.
 
-    A swap is ``{"module": "linear", "qualname": "linear_backward", "source": "def ..."}``.
+    A swap is ``{"module": "linear", "qualname": "linear_backward", "source": "def ..."}`` (the
+    source as text, or compiled).
     The reference ``def`` runs in the student's module, so it uses that module's helpers; a
     module function is also replaced wherever another module imported it by name
     (``from .linear import linear_backward``), a method on its class.
@@ -249,7 +250,10 @@ def swap_in(swaps) -> None:
         module = importlib.import_module(f"numpytransformer.{swap['module']}")
         *owner, name = swap["qualname"].split(".")
         namespace: dict = {}
-        exec(compile(swap["source"], f"<reference of {swap['qualname']}>", "exec"), module.__dict__, namespace)
+        code = swap["source"]
+        if isinstance(code, str):
+            code = compile(code, f"<reference of {swap['qualname']}>", "exec")
+        exec(code, module.__dict__, namespace)
         if owner:
             target = module
             for part in owner:
@@ -274,7 +278,11 @@ def _where(exc: BaseException, pkg: Path) -> str:
 def main(argv) -> int:
     root, exercise_id, outputs, status_path = Path(argv[0]).resolve(), argv[1], argv[2], argv[3]
     trusted.SALT = int(argv[4]) if len(argv) > 4 else 0
-    swaps = json.loads(Path(argv[5]).read_text(encoding="utf-8")) if len(argv) > 5 else []
+    swaps = []
+    if len(argv) > 5:  # compiled, and the file removed, before the student's code runs
+        swaps = [dict(s, source=compile(s["source"], f"<reference of {s['qualname']}>", "exec"))
+                 for s in json.loads(Path(argv[5]).read_text(encoding="utf-8"))]
+        Path(argv[5]).unlink()
     status = {"status": "ok"}
     arrays = {}
     try:
