@@ -1,7 +1,7 @@
 """The grader's trusted core: its numerical gradient, its error measure and its test cases.
 
-This module imports nothing but NumPy and the standard library, never the package it
-ships in. The grader loads it *by path from its own install* (the teacher's copy) into
+This module imports nothing but NumPy, the standard library and the tolerances of
+``gradcheck.py`` (NumPy only), never the rest of the package it ships in. The grader loads it *by path from its own install* (the teacher's copy) into
 the process that runs a student's code, and imports it normally in the grading process,
 so a student who edits ``gradcheck.py``, or anything else in their copy, changes
 neither the measure nor the cases. ``tests/`` draws its cases from here too: one set.
@@ -11,14 +11,22 @@ are what a case is run through.
 """
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-SMOOTH_TOL = 1e-7  # smooth operations
-KINK_TOL = 1e-5  # near kinks (ReLU, masks), whole layers, the optimiser
+try:
+    from ..gradcheck import KINK_TOL, SMOOTH_TOL, ZERO_ATOL  # the tolerances, defined once
+except ImportError:  # loaded by path: the grader copies its own gradcheck.py (NumPy only) beside this file
+    _spec = importlib.util.spec_from_file_location("_numpytransformer_grader_gradcheck",
+                                                   Path(__file__).resolve().parent / "gradcheck.py")
+    _gradcheck = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_gradcheck)
+    KINK_TOL, SMOOTH_TOL, ZERO_ATOL = _gradcheck.KINK_TOL, _gradcheck.SMOOTH_TOL, _gradcheck.ZERO_ATOL
+
 VALUE_TOL = 1e-12  # forward values computed two ways in float64
-ZERO_ATOL = 1e-7  # below this a numerical gradient is finite-difference noise
 PAD = 0
 MHA_PARAMS = ("W_q", "b_q", "W_k", "b_k", "W_v", "b_v", "W_o", "b_o")
 
