@@ -123,6 +123,18 @@ def test_without_the_reference_code_swapped_in_the_bug_would_cost_more(complete,
     assert 0 < result.score < BY_ID["6.2"].points  # partial: dx and the biases are still right
 
 
+def test_a_file_that_does_not_compile_costs_only_the_exercises_in_it(complete, tmp_path):
+    folder = tmp_path / "student"
+    shutil.copytree(complete, folder)
+    with open(folder / BY_ID["1.1"].file, "a", encoding="utf-8") as f:
+        f.write("\ndef broken(:\n")
+    result = checks.run_check("1.1", folder, salt=3)
+    assert result.status == "failed" and "SyntaxError" in result.detail and result.score == 0, result.line
+    for exercise_id in ("1.2", "6.2", "4.2"):  # 6.2 runs 1.1's code: the reference's, in a file that compiles
+        result = checks.run_check(exercise_id, folder, salt=3)
+        assert result.status == "passed", result.line
+
+
 def test_every_exercise_is_graded_on_its_own_in_an_otherwise_empty_folder(tmp_path):
     """Only one exercise written (the reference code), everything else still raising: it passes in full."""
     for e in EXERCISES:

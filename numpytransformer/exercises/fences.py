@@ -502,15 +502,18 @@ values and optimiser states with the library's. It prints one line per exercise:
     4.2 attention_backward ... FAILED: dk: relative error 2.3e-01 (tolerance 1e-5) [causal mask, ...]; ...
 
 A FAILED line names the tensor that is wrong, by how much, and the case (shapes, mask).
-Then comes what it knows: a property the lesson derives that your result breaks (rows of
-the cross-entropy gradient sum to zero; LayerNorm's dx is orthogonal to 1 and to x_hat;
-pad rows get no gradient ...) with the term that is most likely missing and the lesson
-section, or a simple relation to the right answer (transposed, sign flipped, off by a
-constant factor). Every failing tensor is listed, one per line. Tolerances: 1e-7 for
-smooth operations, 1e-5 near kinks (ReLU, masks), for whole layers and for the
-optimiser's steps. "needs Exercise X first" means that the check also runs the code of
-exercise X (the "needs" column), which still raises NotImplementedError. Each exercise
-has a time limit of a minute. The exit code is 0 only when every selected exercise passed.
+Hints come in steps. The first failed check of an exercise says only that; the next one
+adds the property the lesson derives that your result breaks (rows of the cross-entropy
+gradient sum to zero; LayerNorm's dx is orthogonal to 1 and to x_hat; pad rows get no
+gradient ...) or a simple relation to the right answer (transposed, sign flipped, off by a
+constant factor). The failed attempts are counted in `.grader_attempts.json` in this folder;
+the last step, close to the formula, comes from your teacher's grader only. Every failing
+tensor is listed, one per line. Tolerances: 1e-7 for smooth operations, 1e-5 near kinks
+(ReLU, masks), for whole layers and for the optimiser's steps. "needs Exercise X first"
+means that the check also runs the code of exercise X (the "needs" column), which still
+raises NotImplementedError; your teacher's grader runs its own code for X instead, so each
+exercise is graded on its own. Each exercise has a time limit of a minute. The exit code
+is 0 only when every selected exercise passed.
 
 ## How a class uses it
 
@@ -528,8 +531,14 @@ has a time limit of a minute. The exit code is 0 only when every selected exerci
 
   It imports nothing from the student's folder into the grading process: the student's
   functions run in a separate process, and are judged there by the teacher's copy with
-  reference values from the teacher's library. `--json` writes a Gradescope-style
-  `results.json` with points per exercise ({total_points} in all).
+  reference values from the teacher's library. Each exercise runs with the teacher's code
+  for what it needs, so a bug costs only its own exercise. `--json` writes a Gradescope-style
+  `results.json` with one test per case, each gradient in each shape or mask case with its
+  share of the exercise's points ({total_points} in all).
+* On Gradescope: `python -m numpytransformer.exercises gradescope autograder.zip` builds the
+  autograder (see `lessons/GRADESCOPE.md`, which says what students upload).
+* After a deadline: `python -m numpytransformer.exercises release 4.1,4.2 --into STUDENT_DIR`
+  writes those solutions into a student's folder and changes nothing else of theirs.
 * The checks in this folder (`numpytransformer/exercises/`) are the same code, with the
   reference values stored as numbers (`reference.npz`): use them to check yourself.
 
