@@ -191,6 +191,23 @@ def test_the_student_edition_holds_no_formula_level_hint(tmp_path):
     assert not leaks, leaks
 
 
+def test_the_checks_take_their_formula_level_hints_from_hints_py():
+    """A judge passes a hint (the step-3 text) from ``hints.formula``, never as a literal that the student
+    edition's copy of checks.py would show."""
+    import ast
+
+    tree = ast.parse((ROOT / "numpytransformer" / "exercises" / "checks.py").read_text(encoding="utf-8"))
+    literal = []
+    for node in ast.walk(tree):
+        for k in node.keywords if isinstance(node, ast.Call) else ():
+            if k.arg in ("hint", "formula") and isinstance(k.value, (ast.Constant, ast.JoinedStr)) and (
+                    not isinstance(k.value, ast.Constant) or k.value.value):
+                literal.append(f"line {node.lineno}")
+    assert not literal, literal
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "formula"]
+    assert len(calls) > 20
+
+
 # ---- release ----------------------------------------------------------------------------------
 def test_release_writes_only_the_chosen_solutions_into_the_students_folder(tmp_path, capsys):
     folder = tmp_path / "student"
