@@ -5,8 +5,8 @@ The grader runs this file by path, from its own install, in a separate process::
     python -I probe.py STUDENT_ROOT EXERCISE_ID OUTPUTS.npz STATUS.json SALT [SWAPS.json]
 
 That process imports the student's ``numpytransformer`` (from STUDENT_ROOT) and nothing of
-the grader's but this file and ``trusted.py`` beside it (both copied by the grader into a
-temporary folder first). SALT picks the cases (see ``trusted.SALT``). It only *records*: arrays go to
+the grader's but this file, ``trusted.py`` and ``gradcheck.py`` (its tolerances) beside it
+(copied by the grader into a temporary folder first). SALT picks the cases (see ``trusted.SALT``). It only *records*: arrays go to
 an ``.npz`` (read back without pickle), how the run ended to a small JSON file. Every
 judgement is made afterwards in the grading process, which never imports the student's
 code, so whatever that code changes at import (NumPy, the grader's helpers, its own
