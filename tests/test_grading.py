@@ -312,6 +312,28 @@ def test_the_gradescope_zip_grades_a_submission_as_gradescope_runs_it(tmp_path, 
     assert scores["1.1"][0] == pytest.approx(5 * 6 / 9, abs=1e-3)
 
 
+def test_a_grader_that_trips_still_writes_results_json(tmp_path, monkeypatch):
+    """Run outside its zip (no student_base/), the autograder cannot lay flat files onto the edition:
+    results.json says so, with no score, rather than leaving Gradescope without a file."""
+    from numpytransformer.exercises.gradescope import autograde
+
+    (tmp_path / "submission").mkdir()
+    (tmp_path / "submission" / "linear.py").write_text("x = 1\n")
+    doc = json.loads(autograde(str(tmp_path)).read_text())
+    assert doc["score"] == 0 and doc["tests"] == [] and doc["output"].startswith("The autograder failed")
+
+
+def test_outputs_a_judge_trips_over_are_a_failure_not_a_crash(monkeypatch):
+    def trips(g, exercise_id, got, exp):
+        g.touch("dx [a case]")
+        if got is not exp:  # the right answer is judged first, to list the cases
+            raise IndexError("odd")
+    monkeypatch.setitem(checks.JUDGES, "pair", trips)
+    result = checks.run_check("1.2")
+    assert result.status == "failed" and "cannot judge" in result.detail and "IndexError: odd" in result.detail
+    assert result.score == 0 and result.cases == (("dx [a case]", False, result.detail),)
+
+
 def test_gradescope_upload_instructions_are_written_down():
     from numpytransformer.exercises.gradescope import UPLOAD
 

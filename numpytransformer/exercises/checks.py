@@ -644,7 +644,10 @@ def run_check(exercise_id: str, student_root=None, timeout: float = DEFAULT_TIME
         entries = list(_judge(exercise_id, exp, exp, 3).entries)  # what there is to score: the right answer's
         kind = status.get("status")
         if kind == "ok":
-            g = _judge(exercise_id, got, exp, level)
+            try:
+                g = _judge(exercise_id, got, exp, level)
+            except Exception as e:  # outputs so odd that a judge trips over them: a failure, not a crash
+                kind, status = "error", {"type": "outputs the grader cannot judge", "message": f"{type(e).__name__}: {e}"}
     finally:
         trusted.SALT = previous
 

@@ -171,12 +171,17 @@ def autograde(root: Optional[str] = None, level: int = 2) -> Path:
     base = package_dir().parent / "student_base" / PACKAGE
     results_path = root_dir / "results" / "results.json"
     results_path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="nt-submission-") as work:
-        folder, notes = find_student_folder(root_dir / "submission", Path(work), base)
-        salt = secrets.randbelow(2 ** 31 - 1) + 1
-        results = []
-        for e in EXERCISES:
-            results.append(run_check(e.id, folder, DEFAULT_TIMEOUT, salt, level))
-            print(results[-1].line, flush=True)
-    results_path.write_text(json.dumps(results_document(results, notes), indent=2) + "\n", encoding="utf-8")
+    try:
+        with tempfile.TemporaryDirectory(prefix="nt-submission-") as work:
+            folder, notes = find_student_folder(root_dir / "submission", Path(work), base)
+            salt = secrets.randbelow(2 ** 31 - 1) + 1
+            results = []
+            for e in EXERCISES:
+                results.append(run_check(e.id, folder, DEFAULT_TIMEOUT, salt, level))
+                print(results[-1].line, flush=True)
+        doc = results_document(results, notes)
+    except Exception as e:  # Gradescope shows this file: a broken grader says so there, with no score
+        doc = {"score": 0, "output": f"The autograder failed ({type(e).__name__}: {e}); tell your teacher.",
+               "tests": []}
+    results_path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return results_path
