@@ -235,6 +235,16 @@ def test_release_writes_only_the_chosen_solutions_into_the_students_folder(tmp_p
     assert passed == {"1.2", "4.1", "4.2", "5.1"}, r.stdout
 
 
+def test_releasing_every_solution_gives_the_package_that_build_solved_gives(tmp_path, capsys):
+    build_edition(tmp_path / "released")
+    build_edition(tmp_path / "solved", solved=IDS)
+    assert main(["release", ",".join(IDS), "--into", str(tmp_path / "released")]) == 0
+    assert f"Released into {tmp_path / 'released'}: {', '.join(IDS)}" in capsys.readouterr().out
+    for path in sorted((tmp_path / "solved" / "numpytransformer").rglob("*.py")):
+        rel = path.relative_to(tmp_path / "solved")
+        assert (tmp_path / "released" / rel).read_bytes() == path.read_bytes(), rel
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["release", "9.9", "--into", "{folder}"], "9.9"),
     (["release", "4.1", "--into", "{missing}"], "holds no numpytransformer"),

@@ -196,7 +196,8 @@ def _release(ids: str, into: str) -> int:
     except BuildError as e:
         return _fail(str(e))
     print("\n".join(done))
-    print(f"Released into {into}: " + ", ".join(dict.fromkeys(line.split(":")[0] for line in done)))
+    released = {line.split(":")[0] for line in done}
+    print(f"Released into {into}: " + ", ".join(e.id for e in EXERCISES if e.id in released))
     return 0
 
 
