@@ -109,7 +109,7 @@ class Grader:
 
     def fail(self, message: str, entry: Optional[str] = None, more: str = "", formula: str = "",
              shown_from: int = 1, first: bool = False) -> None:
-        failures = self.entries.setdefault(self.touch(entry), [])
+        failures = self.entries[self.touch(entry)]
         failure = Failure(message, more, formula, shown_from, first)
         if all(f.text != message for f in failures):
             failures.append(failure)
@@ -139,7 +139,7 @@ class Grader:
     def array(self, got: dict, key: str, name: str, shape, case: str, entry: Optional[str] = None
               ) -> Optional[np.ndarray]:
         """The student's value under ``key`` as float64 of ``shape``, or None after noting why not."""
-        entry = self.touch(entry or self.entry(name, case.split(";")[0]))
+        entry = self.touch(entry or self.entry(name, case))
         if key + "#none" in got:
             self.fail(f"{name} is None; expected an array of shape {tuple(shape)} [{case}]", entry)
         elif key + "#type" in got:
