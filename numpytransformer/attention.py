@@ -83,13 +83,17 @@ def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Optiona
 
 
 def attention_backward(dout: np.ndarray, cache: AttentionCache):
-    """Gradients of attention with respect to q, k and v.
+    """Gradients of attention with respect to q, k and v (lesson 4 §6).
 
-    With :math:`P = \\text{softmax}(S)` and :math:`O = PV`: :math:`dV = P^T dO` and
-    :math:`dP = dO\\,V^T`; the softmax Jacobian gives
-    :math:`dS = P \\odot (dP - \\text{rowsum}(dP \\odot P))`, zero at masked positions
-    (their scores are constants) and in fully masked rows (where P is 0); finally :math:`dQ = c\\,dS\\,K` and :math:`dK = c\\,dS^T Q`
-    with :math:`c = 1/\\sqrt{d_k}`.
+    The forward is :math:`O = PV`, :math:`P = \\text{softmax}(S)`, :math:`S = c\\,QK^T` masked,
+    :math:`c = 1/\\sqrt{d_k}`; the cache holds q, k, v, P, the mask and c.
+
+    .. solution-only::
+
+        :math:`dV = P^T dO` and :math:`dP = dO\\,V^T`; the softmax Jacobian gives
+        :math:`dS = P \\odot (dP - \\text{rowsum}(dP \\odot P))`, zero at masked positions
+        (their scores are constants) and in fully masked rows (where P is 0); finally
+        :math:`dQ = c\\,dS\\,K` and :math:`dK = c\\,dS^T Q`.
 
     Returns
     -------

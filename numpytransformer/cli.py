@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import List, Optional
 
 from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, read_checkpoint_meta, save_checkpoint
+from .config import SEED_MAX
 from .errors import NumpyTransformerError
+from .parallel import launched_ranks, print_traceback_and_stop, stop_run, world
 from .settings import ModelSettings, add_flags, flag_of, given_values, whole_number
 from .tasks.base import TASKS, task_class, task_from_dict
 from .tasks.reverse import ReversalTask, ReverseData
@@ -112,6 +114,9 @@ def _check_out(args) -> None:
 
 
 def cmd_train(args) -> None:
+    comm = world()  # under mpiexec -n N: train data-parallel on N ranks
+    if comm.rank:  # one writer: the other ranks print nothing (errors still reach stderr)
+        sys.stdout = open(os.devnull, "w")
     cls = task_class(args.task)
     _check_out(args)
     given_train = given_values(args, TrainConfig)
@@ -145,11 +150,14 @@ def cmd_train(args) -> None:
         trainer.resume(doc)
     for title, settings in (("data", task.data), ("model", task.model), ("training", train_cfg)):
         print(f"{title}: " + ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(settings).items()), flush=True)
-    print(f"training {type(model).__name__} with {model.num_parameters():,} parameters ({task.name}); "
+    ranks = f" on {comm.size} ranks" if comm.size > 1 else ""
+    print(f"training {type(model).__name__} with {model.num_parameters():,} parameters ({task.name}){ranks}; "
           f"writing to {args.out}", flush=True)
     start, first = time.perf_counter(), trainer.optimizer.t
     trainer.fit()
     print(f"trained {trainer.optimizer.t - first} updates in {time.perf_counter() - start:.1f} s", flush=True)
+    if comm.rank:  # the final test runs once, on rank 0
+        return
     ck = resolve_checkpoint(args.out)
     load_checkpoint(ck, model)
     model.eval()
@@ -234,7 +242,7 @@ def cmd_sweep(args) -> None:
 
 
 # ---- parser ---------------------------------------------------------------------------------
-SEED = whole_number(0, 2 ** 32 - 1)
+SEED = whole_number(0, SEED_MAX)
 POSITIVE = whole_number(1, 10 ** 6)
 
 # Arguments several commands take.
@@ -262,7 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
         cls = task_class(name)
         p = _command(tsub, name, cmd_train, cls.summary, description=f"{cls.__doc__.splitlines()[0]} Unset options "
                      "take the task's recipe; the defaults shown are the default data settings' (every run prints "
-                     "the settings it uses).")
+                     "the settings it uses). A recipe fixes its epochs, not its minutes: a slower machine takes "
+                     "longer for the same result (--max-minutes sets a limit of your own).")
         model, train_cfg = cls.recipe(cls.Data())
         add_flags(p, cls.Data, cls.Data(), "data")
         add_flags(p, ModelSettings, model, "model")
@@ -332,6 +341,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        return _run(args)
+    except Exception:  # under mpiexec: a rank that stops alone would leave the others waiting
+        if launched_ranks() > 1 and not os.environ.get("NUMPYTRANSFORMER_DEBUG"):
+            return print_traceback_and_stop()
+        raise
+
+
+def _run(args) -> int:
+    """Run the command; an expected error is one line on stderr and status 2 (on every rank)."""
+    try:
         args.func(args)
     except BrokenPipeError:  # the reader went away ("... | head"): what was saved stays saved
         try:
@@ -342,9 +361,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (NumpyTransformerError, OSError, FloatingPointError) as e:
         if os.environ.get("NUMPYTRANSFORMER_DEBUG"):
             raise
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return stop_run(f"error: {e}", 2)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        return stop_run("interrupted", 130)
     return 0

@@ -10,15 +10,23 @@ import numpy as np
 from .errors import NumpyTransformerError
 from .validation import check_bool, check_int, check_real
 
-__all__ = ["TransformerConfig", "SIZE_LIMITS", "MAX_VALUES"]
+__all__ = ["TransformerConfig", "SIZE_LIMITS", "DROPOUT_MAX", "SEED_MAX", "MAX_VALUES"]
 
-#: Upper bounds of the integer sizes, so that a typo (``max_len=10**12``) is an error,
-#: not an attempt to allocate terabytes. Far above anything this library trains.
+# The one set of limits: TransformerConfig checks them here, and the command line's flags
+# (settings.ModelSettings and the tasks' data settings) take their ranges from them, so the
+# library and the command line accept the same models.
+
+#: Upper bounds of the integer sizes (each at least 1), so that a typo (``max_len=10**12``) is
+#: an error, not an attempt to allocate terabytes. Far above anything this library trains.
 SIZE_LIMITS = {
     "src_vocab_size": 10_000_000, "tgt_vocab_size": 10_000_000, "n_classes": 10_000_000,
-    "d_model": 65_536, "n_heads": 1_024, "d_ff": 1_048_576,
-    "n_layers": 1_000, "n_decoder_layers": 1_000, "max_len": 100_000,
+    "d_model": 4_096, "n_heads": 256, "d_ff": 65_536,
+    "n_layers": 64, "n_decoder_layers": 64, "max_len": 100_000,
 }
+#: The highest dropout rate: a rate of 1 would drop everything.
+DROPOUT_MAX = 0.99
+#: The highest seed: 32 bits, a seed any generator takes.
+SEED_MAX = 2 ** 32 - 1
 
 #: At most this many numbers in a model (4 GB in float32); the paper's big model holds 213 million.
 MAX_VALUES = 1_000_000_000
@@ -48,8 +56,9 @@ class TransformerConfig:
     Every field is checked when the config is made, and a bad one is a
     :class:`~numpytransformer.errors.NumpyTransformerError` naming it: sizes are
     integers (not bools or floats) up to :data:`SIZE_LIMITS`, the whole model at most
-    :data:`MAX_VALUES` numbers, flags are real bools (not ``"no"`` or ``1``), floats
-    are finite and in range.
+    :data:`MAX_VALUES` numbers, the dropout rate at most :data:`DROPOUT_MAX`, the seed at
+    most :data:`SEED_MAX`, flags are real bools (not ``"no"`` or ``1``), floats are finite
+    and in range. The command line's flags have the same limits.
 
     Parameters
     ----------
@@ -123,7 +132,7 @@ class TransformerConfig:
         if self.d_model % self.n_heads != 0:
             raise NumpyTransformerError(
                 f"TransformerConfig.d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
-        self.dropout = check_real(self.dropout, "TransformerConfig.dropout", 0.0, 1.0, high_open=True)
+        self.dropout = check_real(self.dropout, "TransformerConfig.dropout", 0.0, DROPOUT_MAX)
         self.layernorm_eps = check_real(self.layernorm_eps, "TransformerConfig.layernorm_eps", 0.0, 1.0,
                                         low_open=True)
         for name in ("norm_first", "tie_embeddings", "scale_embeddings"):
@@ -131,7 +140,7 @@ class TransformerConfig:
         self.dtype = _dtype_name(self.dtype)
         self.pad_id = check_int(self.pad_id, "TransformerConfig.pad_id", 0,
                                 min(self.src_vocab_size, self.tgt_vocab_size) - 1)
-        self.seed = check_int(self.seed, "TransformerConfig.seed", 0, 2 ** 63 - 1)
+        self.seed = check_int(self.seed, "TransformerConfig.seed", 0, SEED_MAX)
         for name, allowed in (("pooling", ("mean", "first")), ("positions", ("sinusoidal", "learned"))):
             value = getattr(self, name)
             if not isinstance(value, str) or value not in allowed:

@@ -108,9 +108,10 @@ def greedy_decode(model, src: np.ndarray, max_len: int, bos_id: int = 1, eos_id:
 def _greedy(model, memory, src_mask, max_len, bos_id, eos_id, use_cache):
     B = memory.shape[0]
     max_len = min(max_len, model.cfg.max_len)
+    caches = [{"self": {"room": max_len}} for _ in range(model.cfg.n_decoder_layers)]  # room: never copied
+    ### BEGIN SOLUTION 9.1: the greedy loop: the last position's logits (from the KV cache or the whole prefix), the argmax, EOS bookkeeping
     ys = np.full((B, 1), bos_id, dtype=np.int64)
     done = np.zeros(B, dtype=bool)
-    caches = [{"self": {"room": max_len}} for _ in range(model.cfg.n_decoder_layers)]  # room: never copied
     for t in range(max_len):
         if use_cache:
             logits = model._decode_step(ys[:, -1:], memory, src_mask, caches, position=t)[:, -1]
@@ -122,6 +123,7 @@ def _greedy(model, memory, src_mask, max_len, bos_id, eos_id, use_cache):
         done |= nxt == eos_id
         if done.all():
             break
+    ### END SOLUTION
     return [_strip(row[1:], eos_id) for row in ys]
 
 
@@ -168,6 +170,7 @@ def _beam(model, memory, src_mask, max_len, K, length_penalty, bos_id, eos_id):
         logp = log_softmax(_forbid(logits[:, -1].astype(np.float64), model.cfg.pad_id, bos_id))
         logp = logp.reshape(B, K, -1)  # (B, K, V)
         V = logp.shape[-1]
+        ### BEGIN SOLUTION 9.2: one beam step: finished beams kept, the K best of K*V candidates, their parents, lengths and reordered caches
         logp[finished] = -np.inf
         logp[finished, eos_id] = 0.0  # a finished beam stays as it is
         cand = (scores[:, :, None] + logp).reshape(B, K * V)
@@ -182,6 +185,7 @@ def _beam(model, memory, src_mask, max_len, K, length_penalty, bos_id, eos_id):
         for cache in caches:  # reorder in place, so the cache keeps its room to grow (multihead._append_positions);
             for part in ("k", "v"):  # no loop name may keep an array: a reference more forces a copy
                 cache["self"][part][...] = cache["self"][part][flat]
+        ### END SOLUTION
         if finished.all():
             break
     final = scores / ((5.0 + lengths) / 6.0) ** length_penalty

@@ -23,8 +23,9 @@ def embedding_forward(ids: np.ndarray, W: np.ndarray, scale: float = 1.0, pad_id
 
     .. math:: \\text{out}_{b,t} = s \\cdot W_{\\text{ids}_{b,t}}
 
-    The paper multiplies embeddings by :math:`s = \\sqrt{d_{model}}` so that they are
-    on the same scale as the positional encoding added to them.
+    The paper multiplies embeddings by :math:`s = \\sqrt{d_{model}}` without giving a
+    reason; lesson 3 section 7 shows that it puts them on the scale of the positional
+    encoding added to them.
 
     Parameters
     ----------
@@ -48,11 +49,16 @@ def embedding_forward(ids: np.ndarray, W: np.ndarray, scale: float = 1.0, pad_id
 
 
 def embedding_backward(dout: np.ndarray, cache: EmbeddingCache) -> np.ndarray:
-    """Scatter-add: row ``v`` of ``dW`` is ``s`` times the sum of ``dout`` at every position holding ``v``.
+    """dW of the lookup ``out = s * W[ids]`` (lesson 3 §3).
 
-    The lookup is a one-hot matrix product ``out = s * onehot(ids) W``, whose gradient
-    ``s * onehot(ids)^T dout`` is exactly this sum, computed without building the
-    one-hot matrix. The pad row's gradient is set to zero by choice (the pad vector
+    .. solution-only::
+
+        Scatter-add: row ``v`` of ``dW`` is ``s`` times the sum of ``dout`` at every position
+        holding ``v``. The lookup is a one-hot matrix product ``out = s * onehot(ids) W``, whose
+        gradient ``s * onehot(ids)^T dout`` is exactly this sum, computed without building the
+        one-hot matrix.
+
+    The pad row's gradient is set to zero by choice (the pad vector
     stays fixed), so a finite-difference check agrees there only when ``dout`` is zero
     at pad positions, as it is in a model whose loss ignores padding.
 

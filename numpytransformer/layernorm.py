@@ -57,15 +57,17 @@ def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: f
 
 
 def layernorm_backward(dout: np.ndarray, cache: LayerNormCache):
-    """Gradients of LayerNorm.
+    """Gradients of LayerNorm, :math:`y = \\gamma \\odot \\hat x + \\beta` (lesson 6 §2).
 
-    :math:`d\\beta = \\sum dout`, :math:`d\\gamma = \\sum dout \\odot \\hat x` (sums over
-    every row). With :math:`g = dout \\odot \\gamma`, differentiating :math:`\\hat x` through
-    the mean and the variance gives
+    .. solution-only::
 
-    .. math:: dx = \\frac{1}{\\sqrt{\\sigma^2 + \\epsilon}}\\left(g - \\overline{g} - \\hat x\\, \\overline{g \\odot \\hat x}\\right)
+        :math:`d\\beta = \\sum dout`, :math:`d\\gamma = \\sum dout \\odot \\hat x` (sums over
+        every row). With :math:`g = dout \\odot \\gamma`, differentiating :math:`\\hat x` through
+        the mean and the variance gives
 
-    where the bars are means over the last axis.
+        .. math:: dx = \\frac{1}{\\sqrt{\\sigma^2 + \\epsilon}}\\left(g - \\overline{g} - \\hat x\\, \\overline{g \\odot \\hat x}\\right)
+
+        where the bars are means over the last axis.
 
     Returns
     -------

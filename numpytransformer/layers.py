@@ -45,12 +45,17 @@ class Residual(Module):
         return self.norm(x + self.drop(sublayer(x)))
 
     def backward(self, dout: np.ndarray, sublayer_backward: Callable):
-        """The residual branch and the sublayer branch each carry gradient; they add.
+        """The gradient of a sublayer connection (lesson 6 §4).
+
+        .. solution-only::
+
+            The residual branch and the sublayer branch each carry gradient; they add.
 
         Returns ``dx``, or ``(dx, dmemory)`` when ``sublayer_backward`` returns
         ``(dx, dmemory)`` (cross-attention): the memory is not on the residual path,
         so its gradient is handed back as it is.
         """
+        ### BEGIN SOLUTION 7.2: dx (and dmemory) through a sublayer connection, pre- or post-LN, and back through the decoder's three sublayers
         if self.norm_first:  # out = x + drop(F(norm(x)))
             dsub, dmemory = _with_memory(sublayer_backward(self.drop.backward(dout)))
             dx = dout + self.norm.backward(dsub)
@@ -58,6 +63,7 @@ class Residual(Module):
             d = self.norm.backward(dout)
             dsub, dmemory = _with_memory(sublayer_backward(self.drop.backward(d)))
             dx = d + dsub
+        ### END SOLUTION
         return dx if dmemory is None else (dx, dmemory)
 
 
@@ -114,7 +120,9 @@ class DecoderLayer(Module):
     def backward(self, dout: np.ndarray):
         """Returns ``(dx, dmemory)``: the memory feeds every decoder layer, so the
         caller sums the ``dmemory`` of all layers."""
+        ### BEGIN SOLUTION 7.2: dx (and dmemory) through a sublayer connection, pre- or post-LN, and back through the decoder's three sublayers
         d = self.sub3.backward(dout, self.ffn.backward)
         d, dmemory = self.sub2.backward(d, self.cross_attn.backward)
         dx = self.sub1.backward(d, self.self_attn.backward)
+        ### END SOLUTION
         return dx, dmemory

@@ -48,11 +48,13 @@ def linear_forward(x: np.ndarray, W: np.ndarray, b: Optional[np.ndarray]):
 
 
 def linear_backward(dout: np.ndarray, cache: LinearCache):
-    """Gradients of the affine map.
+    """Gradients of the affine map ``out = x W + b``.
 
-    With every leading axis flattened into N rows, ``out = x W + b`` is a matrix
-    product, so ``dx = dout W^T``, ``dW = x^T dout`` (a sum over rows) and ``db`` is
-    the column sum of ``dout``.
+    .. solution-only::
+
+        With every leading axis flattened into N rows, ``out = x W + b`` is a matrix
+        product, so ``dx = dout W^T``, ``dW = x^T dout`` (a sum over rows) and ``db`` is
+        the column sum of ``dout``.
 
     Returns
     -------

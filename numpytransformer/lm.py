@@ -14,7 +14,7 @@ where :math:`h^{(0)} = E[x] + P` and each of the N blocks is
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, NamedTuple, Optional
 
 import numpy as np
 
@@ -28,9 +28,10 @@ from .layers import EncoderLayer
 from .models import OutputProjection, _Model, check_kv_caches
 from .module import ModuleList
 from .positional import LearnedPositionalEmbedding, PositionalEncoding
+from .softmax import log_softmax
 from .validation import check_ids, inputs_checked
 
-__all__ = ["GPTBlock", "TransformerLM", "prefix_mask"]
+__all__ = ["GPTBlock", "TransformerLM", "prefix_mask", "LMLossCache", "lm_loss_forward", "lm_loss_backward"]
 
 
 def prefix_mask(T: int, offset: int) -> np.ndarray:
@@ -39,6 +40,55 @@ def prefix_mask(T: int, offset: int) -> np.ndarray:
     s = np.arange(offset + T)[None, :]
     t = np.arange(T)[:, None] + offset
     return (s <= t)[None, None]
+
+
+class LMLossCache(NamedTuple):
+    probs: np.ndarray  # (B, T, V) softmax of the logits, float64
+    targets: np.ndarray  # (B, T) the id that follows each position
+
+
+def lm_loss_forward(logits: np.ndarray, ids: np.ndarray):
+    """A language model's loss: the mean cross-entropy of every next token.
+
+    The model reads ``ids[:, :T]`` and gives ``logits`` (B, T, V); position t is scored on
+    the id that follows it, ``ids[:, t + 1]``:
+
+    .. math:: L = -\\frac{1}{BT} \\sum_{b, t} \\log \\text{softmax}(z_{b,t})_{x_{b,t+1}}
+
+    Parameters
+    ----------
+    logits : float ndarray (B, T, V)
+    ids : int ndarray (B, T + 1), each in [0, V)
+
+    Returns
+    -------
+    loss : float
+    cache : LMLossCache, for :func:`lm_loss_backward`
+    """
+    if np.ndim(logits) != 3:
+        raise NumpyTransformerError(f"logits must have shape (B, T, V), got {np.shape(logits)}")
+    B, T, V = np.shape(logits)
+    ids = np.asarray(ids)
+    if ids.shape != (B, T + 1) or ids.dtype.kind not in "iu" or not ids.size or ids.min() < 0 or ids.max() >= V:
+        raise NumpyTransformerError(f"ids must be integers in [0, {V}) of shape {(B, T + 1)} (one more than the "
+                                    f"logits' positions), got {ids.dtype} of shape {ids.shape}")
+    ### BEGIN SOLUTION 12.3: the mean next-token loss (targets: ids shifted by one) and its gradient dlogits
+    targets = ids[:, 1:]  # (B, T): what follows each position
+    logp = log_softmax(np.asarray(logits, dtype=np.float64))
+    loss = -float(np.take_along_axis(logp, targets[..., None], axis=-1).mean())
+    cache = LMLossCache(np.exp(logp), targets)
+    ### END SOLUTION
+    return loss, cache
+
+
+def lm_loss_backward(dloss: float, cache: LMLossCache) -> np.ndarray:
+    """dlogits (B, T, V) of :func:`lm_loss_forward` (lesson 12)."""
+    ### BEGIN SOLUTION 12.3: the mean next-token loss (targets: ids shifted by one) and its gradient dlogits
+    dlogits = cache.probs.copy()
+    B, T = cache.targets.shape
+    dlogits[np.arange(B)[:, None], np.arange(T)[None, :], cache.targets] -= 1.0
+    return dloss * dlogits / (B * T)
+    ### END SOLUTION
 
 
 class GPTBlock(EncoderLayer):

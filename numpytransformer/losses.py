@@ -87,10 +87,13 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, pad_i
 
 
 def softmax_cross_entropy_backward(dloss: float, cache: CrossEntropyCache, inplace: bool = False) -> np.ndarray:
-    """The fused gradient: softmax followed by cross-entropy differentiates to ``(p - q) / N``.
+    """The fused gradient of softmax followed by cross-entropy, ``dloss * dL/dlogits`` (lesson 2 §4).
 
-    For one row, :math:`\\partial L / \\partial z_v = p_v - q_v` because
-    :math:`\\partial(-\\log p_y)/\\partial z_v = p_v - [v=y]` and :math:`\\sum_v q_v = 1`.
+    .. solution-only::
+
+        It is ``(p - q) / N``: for one row, :math:`\\partial L / \\partial z_v = p_v - q_v` because
+        :math:`\\partial(-\\log p_y)/\\partial z_v = p_v - [v=y]` and :math:`\\sum_v q_v = 1`.
+
     Pad rows get zero. ``inplace=True`` reuses the cached probabilities (no copy);
     the cache is then spent.
 
@@ -100,7 +103,7 @@ def softmax_cross_entropy_backward(dloss: float, cache: CrossEntropyCache, inpla
     """
     probs, t, valid, n_valid, eps, shape = cache
     d = probs if inplace else probs.copy()
-    ### BEGIN SOLUTION 2.1: turn d (the softmax) into dloss * (p - q) / N, zero in pad rows
+    ### BEGIN SOLUTION 2.1: turn d (the softmax) into dloss * dL/dlogits, zero in pad rows
     V = d.shape[1]
     if n_valid == 0:
         d.fill(0)

@@ -104,11 +104,13 @@ def learned_positional_forward(x: np.ndarray, P: np.ndarray, offset: int = 0):
 
 
 def learned_positional_backward(dout: np.ndarray, cache: LearnedPositionalCache):
-    """Gradients of the addition.
+    """Gradients of the addition ``out = x + P[offset + t]`` (lesson 12).
 
-    ``out = x + P[offset + t]`` is linear in both: ``dx = dout``. Row ``offset + t`` of the
-    table is added to every sequence of the batch, so its gradient is the sum over the batch
-    of ``dout[:, t]``; rows the forward did not read get zero.
+    .. solution-only::
+
+        ``out`` is linear in both: ``dx = dout``. Row ``offset + t`` of the table is added to
+        every sequence of the batch, so its gradient is the sum over the batch of
+        ``dout[:, t]``; rows the forward did not read get zero.
 
     Returns
     -------
@@ -117,7 +119,7 @@ def learned_positional_backward(dout: np.ndarray, cache: LearnedPositionalCache)
     """
     max_len, offset = cache
     B, T, D = dout.shape
-    ### BEGIN SOLUTION 12.1: dx, and dP: each used row gets the batch sum of its dout, the others zero
+    ### BEGIN SOLUTION 12.1: dx and dP of the addition of learned positions; rows the forward did not read get zero
     dP = np.zeros((max_len, D), dtype=dout.dtype)
     dP[offset:offset + T] = dout.sum(axis=0)
     dx = dout

@@ -25,8 +25,13 @@ def relu_forward(x: np.ndarray):
 
 
 def relu_backward(dout: np.ndarray, cache: ReLUCache) -> np.ndarray:
-    """The derivative is 1 where ``x > 0`` and 0 elsewhere (0 is chosen at the kink)."""
-    ### BEGIN SOLUTION 1.2: dx of ReLU, dout where x > 0 and 0 elsewhere
+    """dx of ReLU, shaped like ``x``; at the kink ``x == 0`` the convention is a derivative of 0.
+
+    .. solution-only::
+
+        The derivative is 1 where ``x > 0`` and 0 elsewhere.
+    """
+    ### BEGIN SOLUTION 1.2: dx of ReLU, shaped like x, with derivative 0 at the kink
     return dout * cache.positive
     ### END SOLUTION
 

@@ -32,12 +32,14 @@ def top_k_filter(probs: np.ndarray, k: int) -> np.ndarray:
 
     probs: (V,) summing to 1 -> (V,) with at most k non-zeros, summing to 1.
     """
+    ### BEGIN SOLUTION 12.2: the distribution at temperature tau, cut to the top k and the top p, renormalised; one draw from it
     if k >= probs.size:
         return probs
     keep = np.argsort(-probs, kind="stable")[:k]
     out = np.zeros_like(probs)
     out[keep] = probs[keep]
     return out / out.sum()
+    ### END SOLUTION
 
 
 def top_p_filter(probs: np.ndarray, p: float) -> np.ndarray:
@@ -46,12 +48,14 @@ def top_p_filter(probs: np.ndarray, p: float) -> np.ndarray:
     A token is kept when the probability of the tokens ranked above it is still below
     ``p``, so the most likely token is always kept. probs: (V,) -> (V,), renormalised.
     """
+    ### BEGIN SOLUTION 12.2: the distribution at temperature tau, cut to the top k and the top p, renormalised; one draw from it
     order = np.argsort(-probs, kind="stable")
     before = np.cumsum(probs[order]) - probs[order]  # mass ranked above each token
     keep = order[before < p]
     out = np.zeros_like(probs)
     out[keep] = probs[keep]
     return out / out.sum()
+    ### END SOLUTION
 
 
 def next_token_probs(logits: np.ndarray, temperature: float = 1.0, top_k: Optional[int] = None,
@@ -70,6 +74,7 @@ def next_token_probs(logits: np.ndarray, temperature: float = 1.0, top_k: Option
 
 def _probs(z: np.ndarray, temperature: float, top_k: Optional[int], top_p: Optional[float]) -> np.ndarray:
     """:func:`next_token_probs` of checked settings and float64 logits (generate's own, per token)."""
+    ### BEGIN SOLUTION 12.2: the distribution at temperature tau, cut to the top k and the top p, renormalised; one draw from it
     if temperature == 0:
         probs = np.zeros_like(z)
         probs[int(np.argmax(z))] = 1.0
@@ -82,14 +87,17 @@ def _probs(z: np.ndarray, temperature: float, top_k: Optional[int], top_p: Optio
     if top_p is not None:
         probs = top_p_filter(probs, top_p)
     return probs
+    ### END SOLUTION
 
 
 def sample_from(probs: np.ndarray, rng: np.random.Generator) -> int:
     """Draw one id: the first whose cumulative probability exceeds a uniform number."""
+    ### BEGIN SOLUTION 12.2: the distribution at temperature tau, cut to the top k and the top p, renormalised; one draw from it
     u = rng.random()
     cdf = np.cumsum(probs)
     # u * cdf[-1]: the sum may miss 1 by a rounding error; min(): never past the last id
     return int(min(np.searchsorted(cdf, u * cdf[-1], side="right"), probs.size - 1))
+    ### END SOLUTION
 
 
 def _check_settings(tokens, temperature, top_k, top_p):

@@ -15,6 +15,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
+from .config import DROPOUT_MAX, SEED_MAX, SIZE_LIMITS
 from .errors import NumpyTransformerError
 
 __all__ = ["option", "flag_of", "check_fields", "add_flags", "given_values", "whole_number", "ModelSettings"]
@@ -37,7 +38,7 @@ def flag_of(cls_or_obj, name: str) -> str:
     return f.metadata.get("flag") or "--" + name.replace("_", "-")
 
 
-@functools.lru_cache(maxsize=None)  # get_type_hints evaluates every annotation: 1 ms a call
+@functools.lru_cache(maxsize=None)  # get_type_hints evaluates every annotation of the class, for each field
 def _kind(cls, f) -> type:
     """The plain type of a field (``Optional[int]`` -> ``int``)."""
     t = typing.get_type_hints(cls)[f.name]
@@ -113,18 +114,20 @@ def given_values(args: argparse.Namespace, cls) -> Dict[str, Any]:
 
 @dataclass
 class ModelSettings:
-    """The shape of a model: the same fields, and flags, for every task."""
+    """The shape of a model: the same fields, and flags, for every task; their limits are
+    :class:`~numpytransformer.config.TransformerConfig`'s (:data:`~numpytransformer.config.SIZE_LIMITS`)."""
 
-    d_model: int = option(64, "model width", low=1, high=4096)
-    n_heads: int = option(4, "attention heads", flag="--heads", low=1, high=256)
-    n_layers: int = option(2, "layers in the encoder (and in the decoder)", flag="--layers", low=1, high=64)
-    d_ff: int = option(256, "hidden width of the feed-forward sublayer", low=1, high=65536)
-    dropout: float = option(0.1, "dropout rate", low=0.0, high=0.99)
+    d_model: int = option(64, "model width", low=1, high=SIZE_LIMITS["d_model"])
+    n_heads: int = option(4, "attention heads", flag="--heads", low=1, high=SIZE_LIMITS["n_heads"])
+    n_layers: int = option(2, "layers in the encoder (and in the decoder)", flag="--layers", low=1,
+                           high=SIZE_LIMITS["n_layers"])
+    d_ff: int = option(256, "hidden width of the feed-forward sublayer", low=1, high=SIZE_LIMITS["d_ff"])
+    dropout: float = option(0.1, "dropout rate", low=0.0, high=DROPOUT_MAX)
     norm: str = option("post", "residual LayerNorm placement: post-LN is the paper's, pre-LN trains faster",
                        choices=("pre", "post"))
     tie_embeddings: bool = option(False, "tie the target embedding and the output projection", flag="--tie")
     dtype: str = option("float32", "floating-point type", choices=("float32", "float64"))
-    seed: int = option(0, "seed of initialisation, dropout and data order", low=0, high=2 ** 32 - 1)
+    seed: int = option(0, "seed of initialisation, dropout and data order", low=0, high=SEED_MAX)
 
     def __post_init__(self):
         check_fields(self)

@@ -14,7 +14,9 @@ import itertools
 import json
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, NamedTuple, Sequence
+
+import numpy as np
 
 from .checkpoint import atomic_write
 from .errors import NumpyTransformerError
@@ -23,7 +25,7 @@ from .tasks.reverse import ReversalTask, ReverseData
 from .trainer import Trainer, TrainConfig
 
 __all__ = ["FACTORS", "DEFAULT_GRID", "sweep_settings", "run_sweep", "factor_effects", "write_report",
-           "default_sweep_train"]
+           "default_sweep_train", "SeedSummary", "t_quantile", "over_seeds"]
 
 #: The factors a sweep can vary: name -> (which settings, the field it sets).
 FACTORS = {"layers": ("model", "n_layers"), "heads": ("model", "n_heads"), "d_model": ("model", "d_model"),
@@ -129,6 +131,62 @@ def factor_effects(records: List[dict]) -> Dict[str, dict]:
         acc = {v: sum(a) / len(a) for v, a in sorted(by_value.items())}
         effects[name] = {"accuracy": acc, "spread": max(acc.values()) - min(acc.values())}
     return effects
+
+
+#: Student's t at 0.975 (a two-sided 95% interval) for 1..30 degrees of freedom.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t_quantile(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (1.96, the normal's, past 30)."""
+    if isinstance(df, bool) or not isinstance(df, (int, np.integer)) or df < 1:
+        raise NumpyTransformerError(f"df must be a whole number >= 1, got {df!r}")
+    return _T975[df - 1] if df <= len(_T975) else 1.96
+
+
+class SeedSummary(NamedTuple):
+    """One measure over n training seeds: its values, and the error bar of their mean."""
+
+    values: tuple  # the measure of each seed, in the order of the seeds
+    mean: float
+    std: float  # the sample standard deviation (n - 1 in the denominator)
+    sem: float  # the standard error of the mean
+    low: float  # the 95% confidence interval of the mean, from Student's t
+    high: float
+
+
+def over_seeds(train: Callable[[int], float], seeds: Sequence[int]) -> SeedSummary:
+    """Run ``train(seed)`` once for each seed, in order, and summarise what it returns.
+
+    A single run says nothing about how much a result owes to its seed. Over n seeds the
+    mean :math:`\\bar x` has standard error :math:`s / \\sqrt{n}` (s the sample standard
+    deviation), and, for roughly normal results, :math:`\\bar x \\pm t_{0.975,\\,n-1}\\, s / \\sqrt{n}`
+    is a 95% confidence interval for the mean over all seeds (lesson 11).
+
+    Parameters
+    ----------
+    train : function of one int seed -> a float (a test accuracy, a loss)
+    seeds : at least two distinct ints
+
+    Returns
+    -------
+    SeedSummary
+    """
+    seeds = list(seeds)
+    if len(seeds) < 2 or len(set(seeds)) != len(seeds):
+        raise NumpyTransformerError(f"seeds must hold at least two distinct seeds (an error bar needs two runs), "
+                                    f"got {seeds!r}")
+    ### BEGIN SOLUTION 11.1: train once per seed, then the mean, the sample std, the standard error and the 95% t-interval
+    values = np.array([float(train(seed)) for seed in seeds])
+    n = len(values)
+    mean = values.mean()
+    std = values.std(ddof=1)
+    sem = std / np.sqrt(n)
+    half = t_quantile(n - 1) * sem
+    return SeedSummary(tuple(values.tolist()), float(mean), float(std), float(sem), float(mean - half),
+                       float(mean + half))
+    ### END SOLUTION
 
 
 def write_report(records: List[dict], out_dir, title: str = "Reversal ablation") -> Path:

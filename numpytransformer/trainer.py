@@ -12,6 +12,11 @@ when it validates at least as well as ``best/`` (see :meth:`Trainer.average_kept
 that trains on drops an ``average/`` of the epochs before it.
 Resuming restarts at the epoch after ``last/`` with the weights, the optimiser and the
 dropout generator as they were, so the losses equal an uninterrupted run's.
+
+Under ``mpiexec -n N`` (see :mod:`numpytransformer.parallel`) every rank runs this loop on its
+shard of each batch, the batch flags keeping their meaning as the global batch; the gradients
+are summed before the clip, so every rank takes the same step. Rank 0 alone validates, logs
+and writes; the others receive its metrics.
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ import numpy as np
 from .checkpoint import atomic_write, average_checkpoints, load_checkpoint, read_checkpoint_meta, save_checkpoint
 from .errors import NumpyTransformerError
 from .optim import Adam, NoamSchedule, clip_grad_norm
+from .parallel import world
 from .settings import check_fields, option
 
 __all__ = ["TrainConfig", "Trainer", "kept_epochs", "plot_history", "without_timing"]
@@ -59,8 +65,9 @@ class TrainConfig:
 
 
 def without_timing(record: dict) -> dict:
-    """An epoch record without what measures time: what two runs of the same settings share."""
-    return {k: v for k, v in record.items() if k not in ("time", "train_time") and not k.endswith("_per_s")}
+    """An epoch record without what measures time, nor the number of ranks: what two runs of the
+    same settings share."""
+    return {k: v for k, v in record.items() if k not in ("time", "train_time", "ranks") and not k.endswith("_per_s")}
 
 
 def _fmt_time(seconds: float) -> str:
@@ -71,8 +78,9 @@ def _fmt_time(seconds: float) -> str:
 class Trainer:
     """Train ``model`` on ``task`` with ``cfg``, writing the run into ``out_dir``."""
 
-    def __init__(self, model, task, cfg: TrainConfig, out_dir, log=None):
+    def __init__(self, model, task, cfg: TrainConfig, out_dir, log=None, comm=None):
         self.model, self.task, self.cfg = model, task, cfg
+        self.comm = comm or world()  # the ranks of a data-parallel run (one without mpiexec)
         self.out_dir = Path(out_dir)
         self.noam = NoamSchedule(model.cfg.d_model, cfg.warmup, cfg.lr_factor)
         self.optimizer = Adam(model.parameters(), lr=self.learning_rate)
@@ -82,6 +90,8 @@ class Trainer:
         self.epoch = self.saved_epoch = 0  # epochs finished, and the one last/ holds
         self.best_score = None  # the best validation score so far: best/ holds that epoch
         self.log = log or (lambda msg: print(msg, flush=True))
+        if self.comm.rank:  # one writer: rank 0
+            self.log = lambda msg: None
 
     def learning_rate(self, step: int) -> float:
         """Noam's rate, times a linear fall to zero over the last ``cooldown`` of the updates."""
@@ -94,23 +104,29 @@ class Trainer:
     # ---- the update ---------------------------------------------------------------------
     def train_step(self, group) -> tuple:
         """One update from a group of batches: returns (mean loss, targets counted, learning rate)."""
-        model, grads = self.model, self.model.gradients()
-        losses, counted = [], 0
+        model, grads, task, comm = self.model, self.model.gradients(), self.task, self.comm
+        loss_sum, counted = 0.0, 0
         for batch in group:
-            loss, n, dlogits = self.task.train_step_loss(model, batch, self.cfg.label_smoothing)  # forward, loss
-            if not np.isfinite(loss):
-                raise FloatingPointError(f"the loss became {loss}: training diverged; lower --lr-factor or "
-                                         "raise --warmup")
+            shard = task.shard(batch, comm.rank, comm.size) if comm.size > 1 else batch  # this rank's rows
+            if shard is None:
+                continue
+            loss, n, dlogits = task.train_step_loss(model, shard, self.cfg.label_smoothing)  # forward, loss
+            if comm.size > 1:  # the shard's share of the batch's targets: the ranks' sum is the batch's mean
+                dlogits *= dlogits.dtype.type(task.target_count(shard) / task.target_count(batch))
             if len(group) > 1:
                 dlogits /= dlogits.dtype.type(len(group))  # the update follows the group's mean loss
             model.backward(dlogits)  # backward
-            losses.append(loss * n)
-            counted += n
+            loss_sum, counted = loss_sum + loss * n, counted + n
+        loss_sum, counted = comm.sum_gradients(grads, loss_sum, counted)  # allreduce: the batch's gradient
+        loss = loss_sum / max(counted, 1)
+        if not np.isfinite(loss):
+            raise FloatingPointError(f"the loss became {loss}: training diverged; lower --lr-factor or "
+                                     "raise --warmup")
         if self.cfg.clip_norm:
             clip_grad_norm(grads, self.cfg.clip_norm)  # clip
         lr = self.optimizer.step(grads)  # Adam step
         model.zero_grad()
-        return float(sum(losses) / max(counted, 1)) if len(group) > 1 else float(loss), counted, lr
+        return float(loss), int(counted), lr
 
     # ---- epochs -------------------------------------------------------------------------
     def fit(self) -> dict:
@@ -119,13 +135,18 @@ class Trainer:
         # Sums over the updates only (validation and saving excluded): seconds, targets counted,
         # input tokens, updates; for the run, the epoch (with its loss) and since the last progress line.
         run = Counter()
-        if self.epoch < cfg.epochs and (self.out_dir / "average").exists():
+        writer = self.comm.rank == 0
+        if writer and self.epoch < cfg.epochs and (self.out_dir / "average").exists():
             shutil.rmtree(self.out_dir / "average")  # the average of epochs before this resume
             self.log("removed average/: it averages epochs before this resume (with --keep-epochs above 1, the end "
                      "of the run averages again)")
         try:
             while self.epoch < cfg.epochs:
                 self.model.train()
+                if self.comm.rank:  # rank 0 draws dropout masks as one process does, rank r from its own stream,
+                    # started again each epoch: a resume (at an epoch's end) needs only rank 0's generator
+                    self.model.rng.bit_generator.state = np.random.default_rng(
+                        [self.model.cfg.seed, self.comm.rank, self.epoch]).bit_generator.state
                 batches = self.task.train_batches(self.epoch)
                 # The updates so far and those of the epochs left: a resumed run plans as an
                 # uninterrupted one does at the same epoch, even with another --accum.
@@ -144,21 +165,24 @@ class Trainer:
                     if t % cfg.log_every == 0:
                         left = (cfg.epochs - self.epoch) * len(batches) / cfg.accum_steps - epoch["updates"]
                         eta = run["seconds"] / run["updates"] * left
+                        ranks = f" ranks {self.comm.size}" if self.comm.size > 1 else ""
                         self.log(f"epoch {self.epoch + 1}/{cfg.epochs} update {t} loss {loss:.4f} lr {lr:.2e} "
-                                 f"{self._rates(window)} eta {_fmt_time(eta)}")
+                                 f"{self._rates(window)}{ranks} eta {_fmt_time(eta)}")
                         window.clear()
                 self.model.eval()
-                metrics = self.task.validate(self.model)
+                metrics = self.comm.bcast(self.task.validate(self.model) if writer else None)  # once, on rank 0
                 self._end_epoch(metrics, epoch, time.perf_counter() - start)
-                if cfg.max_minutes and self.epoch < cfg.epochs and time.perf_counter() - start > 60 * cfg.max_minutes:
+                if self.comm.bcast(cfg.max_minutes and self.epoch < cfg.epochs  # rank 0's clock decides for all
+                                   and time.perf_counter() - start > 60 * cfg.max_minutes):
                     self.log(f"stopping: the time budget of {cfg.max_minutes} minutes is used up")
                     break
         except KeyboardInterrupt:
             self.log(f"interrupted: {self.out_dir / 'last'} holds epoch {self.saved_epoch}; continue with --resume"
                      if self.saved_epoch else "interrupted before the first epoch was saved: start again")
             raise
-        self.average_kept()
-        plot_history(self.history, self.out_dir / "curves.png", log=self.log)
+        if writer:
+            self.average_kept()
+            plot_history(self.history, self.out_dir / "curves.png", log=self.log)
         if run["updates"]:
             self.log(f"throughput: {run['updates']:,} updates in {run['seconds']:.1f} s of training (validation "
                      f"excluded): {self._rates(run)}")
@@ -201,15 +225,24 @@ class Trainer:
         s, unit = max(meter["seconds"], 1e-9), self.task.count_unit
         record = {"epoch": self.epoch, "step": self.optimizer.t, "train_loss": train_loss, "time": round(elapsed, 2),
                   "train_time": round(meter["seconds"], 2),
-                  "tokens_per_s": round((meter["inputs"] or meter["count"]) / s, 1)}
+                  "tokens_per_s": round((meter["inputs"] or meter["count"]) / s, 1), "ranks": self.comm.size}
         if unit != "tok":
             record[f"{unit}_per_s"] = round(meter["count"] / s, 1)
         if meter["inputs"]:
             record["input_tokens"] = meter["inputs"]
         self.history["epochs"].append({**record, **metrics})
         score = metrics[self.task.selection_metric]
-        if self.best_score is None or score >= self.best_score:  # a tie goes to the later, longer-trained epoch
+        better = self.best_score is None or score >= self.best_score  # a tie goes to the later, longer-trained epoch
+        if better:
             self.best_score = float(score)
+        if self.comm.rank == 0:  # one writer: the other ranks hold the same weights
+            self._write_epoch(better)
+        shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+        self.log(f"epoch {self.epoch} done: train_loss {train_loss:.4f} {shown} [{_fmt_time(elapsed)}]")
+
+    def _write_epoch(self, better: bool) -> None:
+        """Save best/ (if ``better``), last/ and the kept epochs, and write the history."""
+        if better:
             self.save("best")
         self.save("last")
         self.saved_epoch = self.epoch
@@ -218,8 +251,6 @@ class Trainer:
             for old in kept_epochs(self.out_dir / "epochs")[:-self.cfg.keep_epochs]:
                 shutil.rmtree(old)
         atomic_write(self.out_dir / "history.json", json.dumps(self.history, indent=1))
-        shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-        self.log(f"epoch {self.epoch} done: train_loss {train_loss:.4f} {shown} [{_fmt_time(elapsed)}]")
 
     # ---- saving and resuming --------------------------------------------------------------
     def save(self, which: str) -> Path:

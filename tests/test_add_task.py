@@ -1,5 +1,5 @@
 """Adding a task is one file and one registry line: the sort task (tasks/sort.py) is that example,
-and the README shows it verbatim."""
+and docs/library.md shows it verbatim."""
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +17,10 @@ def test_sort_is_registered_and_a_task():
     assert TASKS["sort"] == "numpytransformer.tasks.sort:SortTask"
 
 
-def test_the_readme_shows_the_sort_task_as_it_is():
+def test_the_docs_show_the_sort_task_as_it_is():
     code = (ROOT / "numpytransformer" / "tasks" / "sort.py").read_text()
     body = code[code.index("class SortTask"):].strip()
-    assert body in (ROOT / "README.md").read_text()
+    assert body in (ROOT / "docs" / "library.md").read_text()
 
 
 def test_sort_targets_and_batches():

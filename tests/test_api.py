@@ -1,4 +1,5 @@
-"""The public API as the README and the issue show it, run exactly as written."""
+"""The public API as the issue shows it, run exactly as written (the README's own example is run
+by tests/test_docs.py)."""
 from __future__ import annotations
 
 import numpy as np

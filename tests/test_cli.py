@@ -315,6 +315,55 @@ def test_help_lists_the_generated_flags_with_the_recipe_defaults(task, shown, ca
         assert line in text
 
 
+def test_recipes_fix_their_updates_not_their_minutes(capsys):
+    """No recipe stops on the clock: its result would then depend on the machine's speed.
+    Multi30K trains as many epochs as the runs that set its recipe reached, by direction."""
+    from numpytransformer.tasks.base import TASKS
+
+    variants = {"translate": [{}, {"dataset": "multi30k", "direction": "de-en"},
+                              {"dataset": "multi30k", "direction": "en-de"}],
+                "lm": [{}, {"tokenization": "char"}, {"corpus": "embedded"}],
+                "reverse": [{}, {"formulation": "tagger"}]}
+    for name in TASKS:
+        cls = task_class(name)
+        for kw in variants.get(name, [{}]):
+            train_cfg = cls.recipe(cls.Data(**kw))[1]
+            assert train_cfg.max_minutes == 0, (name, kw)
+    for direction, epochs in (("de-en", 17), ("en-de", 20)):
+        train_cfg = TranslationTask.recipe(task_class("translate").Data(dataset="multi30k", direction=direction))[1]
+        assert (train_cfg.epochs, train_cfg.keep_epochs) == (epochs, 5)
+    code, out, _ = _run(["train", "translate", "--help"], capsys)
+    text = " ".join(out.split())
+    assert code == 0 and "(0: no limit) (default: 0" in text and "a slower machine takes longer" in text
+
+
+def test_the_command_line_and_the_library_share_one_set_of_limits():
+    """ModelSettings (the flags) takes each limit from config.py, so a model the command line
+    accepts is one TransformerConfig builds, and one past a flag's limit is refused by both."""
+    import dataclasses
+
+    from numpytransformer.config import DROPOUT_MAX, SEED_MAX, SIZE_LIMITS
+    from numpytransformer.settings import ModelSettings
+    from numpytransformer.tasks.sentiment import SentimentData
+
+    limits = {**SIZE_LIMITS, "dropout": DROPOUT_MAX, "seed": SEED_MAX}
+    flags = {f.name: f.metadata for f in dataclasses.fields(ModelSettings)}
+    shared = set(ModelSettings().config_fields()) & set(limits)
+    assert shared == {"d_model", "n_heads", "n_layers", "d_ff", "dropout", "seed"}
+    for name in sorted(shared):
+        assert (flags[name]["low"], flags[name]["high"]) == (0 if name in ("dropout", "seed") else 1, limits[name])
+        at_limit = ModelSettings(**{"d_model": 256, name: limits[name]})
+        TransformerConfig(src_vocab_size=8, **at_limit.config_fields())  # accepted by the library too
+        past = limits[name] + (0.001 if name == "dropout" else 1)
+        with pytest.raises(NumpyTransformerError, match=f"must be from .* to {limits[name]}, got {past}"):
+            ModelSettings(**{name: past})
+        with pytest.raises(NumpyTransformerError, match=f"TransformerConfig.{name}"):
+            TransformerConfig(src_vocab_size=8, **{**ModelSettings().config_fields(), name: past})
+    # a review of --max-tokens tokens, and the <bos> in front of it, fits the model's positions
+    max_tokens = {f.name: f.metadata for f in dataclasses.fields(SentimentData)}["max_tokens"]["high"]
+    assert max_tokens + 1 == SIZE_LIMITS["max_len"]
+
+
 def test_help_of_every_command_runs(capsys):
     text = " ".join(_run(["train", "--help"], capsys)[1].split())
     assert "reverse sequence reversal" in text and "translate translation: Multi30K de<->en" in text

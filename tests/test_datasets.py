@@ -9,7 +9,7 @@ import pytest
 
 from numpytransformer.datasets import (
     DATA_ENV,
-    ReverseTask,
+    SymbolSequences,
     bucket_batches,
     clean_review,
     default_data_dir,
@@ -34,67 +34,67 @@ def _keys(seqs):
     return [s.tobytes() for s in seqs]
 
 
-def test_reverse_task_ids_roundtrip():
-    task = ReverseTask(n_symbols=5, max_len=4)
-    assert task.vocab_size == 9
-    ids = task.encode_symbols([1, 5, 3])
+def test_symbol_sequences_ids_roundtrip():
+    spec = SymbolSequences(n_symbols=5, max_len=4)
+    assert spec.vocab_size == 9
+    ids = spec.encode_symbols([1, 5, 3])
     assert ids.dtype == np.int64
     np.testing.assert_array_equal(ids, [4, 8, 6])
-    assert task.decode_ids(ids) == [1, 5, 3]
+    assert spec.decode_ids(ids) == [1, 5, 3]
     # BOS and PAD are skipped, decoding stops at EOS.
-    assert task.decode_ids([1, 4, 8, 2, 6, 0]) == [1, 5]
+    assert spec.decode_ids([1, 4, 8, 2, 6, 0]) == [1, 5]
 
 
-def test_reverse_task_errors():
-    task = ReverseTask(n_symbols=5, max_len=4)
+def test_symbol_sequences_errors():
+    spec = SymbolSequences(n_symbols=5, max_len=4)
     with pytest.raises(ValueError, match=r"unknown symbol 6 at position 1.*1\.\.5"):
-        task.encode_symbols([1, 6])
+        spec.encode_symbols([1, 6])
     with pytest.raises(ValueError, match=r"unknown symbol 0"):
-        task.encode_symbols([0])
+        spec.encode_symbols([0])
     with pytest.raises(ValueError, match=r"length 5 is longer than max_len=4"):
-        task.encode_symbols([1, 1, 1, 1, 1])
+        spec.encode_symbols([1, 1, 1, 1, 1])
     with pytest.raises(ValueError, match=r"id 3 is not a symbol id.*4\.\.8"):
-        task.decode_ids([4, 3])
+        spec.decode_ids([4, 3])
     with pytest.raises(ValueError, match=r"id 9 is not a symbol id"):
-        task.decode_ids([9])
+        spec.decode_ids([9])
     with pytest.raises(ValueError, match=r"max_len=0; expected an integer >= min_len=1"):
-        ReverseTask(max_len=0)
+        SymbolSequences(max_len=0)
     with pytest.raises(ValueError, match=r"n_symbols=0"):
-        ReverseTask(n_symbols=0)
+        SymbolSequences(n_symbols=0)
 
 
 def test_make_splits_disjoint_unique_in_range():
-    task = ReverseTask(n_symbols=6, min_len=2, max_len=7)
-    train, val, test = make_splits(task, 3000, 300, 300, seed=1)
+    spec = SymbolSequences(n_symbols=6, min_len=2, max_len=7)
+    train, val, test = make_splits(spec, 3000, 300, 300, seed=1)
     assert (len(train), len(val), len(test)) == (3000, 300, 300)
     keys = _keys(train) + _keys(val) + _keys(test)
     assert len(set(keys)) == len(keys), "a sequence appears twice"
     for s in train + val + test:
         assert s.ndim == 1 and s.dtype == np.int64
-        assert task.min_len <= s.size <= task.max_len
-        assert s.min() >= 4 and s.max() <= task.vocab_size - 1  # content ids only
-    lengths = np.bincount([s.size for s in train], minlength=task.max_len + 1)
-    assert np.all(lengths[task.min_len :] > 0), "every length should occur"
+        assert spec.min_len <= s.size <= spec.max_len
+        assert s.min() >= 4 and s.max() <= spec.vocab_size - 1  # content ids only
+    lengths = np.bincount([s.size for s in train], minlength=spec.max_len + 1)
+    assert np.all(lengths[spec.min_len :] > 0), "every length should occur"
 
 
 def test_make_splits_deterministic():
-    task = ReverseTask()
-    a = make_splits(task, 200, 20, 20, seed=7)
-    b = make_splits(task, 200, 20, 20, seed=7)
-    c = make_splits(task, 200, 20, 20, seed=8)
+    spec = SymbolSequences()
+    a = make_splits(spec, 200, 20, 20, seed=7)
+    b = make_splits(spec, 200, 20, 20, seed=7)
+    c = make_splits(spec, 200, 20, 20, seed=8)
     for sa, sb in zip(a, b):
         assert _keys(sa) == _keys(sb)
     assert _keys(a[0]) != _keys(c[0])
 
 
 def test_make_splits_exhausts_small_space_and_refuses_more():
-    task = ReverseTask(n_symbols=2, min_len=1, max_len=2)  # 2 + 4 = 6 sequences
-    train, val, test = make_splits(task, 4, 1, 1, seed=0)
+    spec = SymbolSequences(n_symbols=2, min_len=1, max_len=2)  # 2 + 4 = 6 sequences
+    train, val, test = make_splits(spec, 4, 1, 1, seed=0)
     assert len(set(_keys(train + val + test))) == 6
     with pytest.raises(ValueError, match=r"requested n_train \+ n_val \+ n_test = 7.*only 6 exist"):
-        make_splits(task, 5, 1, 1, seed=0)
+        make_splits(spec, 5, 1, 1, seed=0)
     with pytest.raises(ValueError, match=r"n_val=-1"):
-        make_splits(task, 1, -1, 1, seed=0)
+        make_splits(spec, 1, -1, 1, seed=0)
 
 
 def test_seq2seq_batch_small_example():
@@ -118,7 +118,7 @@ def test_make_splits_100k_is_fast():
     import time
 
     t0 = time.perf_counter()
-    train, val, test = make_splits(ReverseTask(), 80_000, 10_000, 10_000, seed=0)
+    train, val, test = make_splits(SymbolSequences(), 80_000, 10_000, 10_000, seed=0)
     elapsed = time.perf_counter() - t0
     assert len(set(_keys(train + val + test))) == 100_000
     assert elapsed < 2.0, f"make_splits took {elapsed:.2f} s for 100,000 sequences"

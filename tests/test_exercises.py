@@ -31,8 +31,8 @@ from numpytransformer.exercises.reference import compute
 
 ROOT = package_dir().parent
 IDS = [e.id for e in EXERCISES]
-#: Exercises whose solution is split over two fences (two functions).
-TWO_FENCES = {"5.1", "5.2", "8.3"}
+#: Exercises whose solution is split over several fences (several functions), and how many.
+FENCE_COUNTS = {"5.1": 2, "5.2": 2, "7.2": 2, "8.3": 2, "12.2": 4, "12.3": 2}
 
 
 def _env():
@@ -68,7 +68,7 @@ def test_fences_sit_where_the_catalog_says():
         by_id.setdefault(f.id, []).append(f)
     for e in EXERCISES:
         fences = by_id[e.id]
-        assert len(fences) == (2 if e.id in TWO_FENCES else 1), e.id
+        assert len(fences) == FENCE_COUNTS.get(e.id, 1), e.id
         functions = []
         for f in fences:
             assert f.path == e.file and f.title == e.title, f
@@ -221,7 +221,7 @@ def test_reference_adam_is_textbook_adam():
 def test_reference_gradients_are_finite_differences_of_the_library():
     """The grader's trusted numerical gradient agrees with the library's analytic backward (the tests' check)."""
     pairs = [(e, j) for e, (kind, _, names) in trusted.PROBES.items() if kind == "pair" for j in range(len(names) // 2)]
-    assert len(pairs) == 10  # 9 pair exercises, 5.2 in two forms
+    assert len(pairs) == 11  # 10 pair exercises, 5.2 in two forms
     for exercise_id, j in pairs:
         ref = compute(exercise_id)
         _, module, names = trusted.PROBES[exercise_id]
@@ -320,7 +320,7 @@ def test_check_selects_an_exercise_or_a_lesson(capsys):
 
 @pytest.mark.parametrize("argv, fragment", [
     (["check", "9.9"], "'9.9'"),
-    (["check", "9"], "'9'"),
+    (["check", "13"], "'13'"),
     (["check", "four"], "'four'"),
 ])
 def test_bad_exercise_ids_give_a_one_line_error(capsys, argv, fragment):
@@ -428,7 +428,8 @@ def test_edition_holds_the_repository_without_solutions(edition):
     for name in ("EXERCISES.md", "README.md", "setup.cfg", "pyproject.toml", "data/README.md",
                  "numpytransformer/__init__.py", "numpytransformer/datasets/__init__.py",
                  "numpytransformer/exercises/reference.npz",
-                 "benchmarks/results/sweep-reverse-seq2seq.json", "lessons/11_ablation.ipynb"):
+                 "benchmarks/results/sweep-reverse-seq2seq.json", "lessons/11_ablation.ipynb",
+                 "docs/cli.md", "docs/teaching.md"):
         assert (edition / name).is_file(), name
     assert not (edition / "tests").exists()
     assert not (edition / "lessons" / "INSTRUCTOR.md").exists()        # the answer keys stay with the teacher
@@ -602,3 +603,169 @@ def test_check_pair_is_not_fooled_by_a_backward_that_writes_into_dout():
 
     x = np.random.default_rng(0).standard_normal((3, 4))
     assert check_pair(relu_forward, lazy_backward, {"x": x}, wrt=("x",))["x"] > 0.5
+
+
+# ---- students derive: the student edition hides what the exercises grade --------------------
+#: Per exercise, the expressions that give its graded result away, as the repository writes them (lesson
+#: cells, docstrings). The student edition must hold none of them; the repository and the guided edition
+#: hold every one. Lesson 1 (1.1, 1.2) is the worked example of the method and keeps its derivation; the
+#: grader's hints are judged by their own tests.
+GRADED_EXPRESSIONS = {
+    "1.1": ["``dx = dout W^T``, ``dW = x^T dout``"],
+    "2.1": ["(p - q) / N", "(p - q)/N", "expected = (softmax(logits) - q) / len(targets)", "= -q_j + p_j \\sum_v q_v = p_j - q_j",
+            "\\partial L / \\\\partial z_v = p_v - q_v"],
+    "4.2": ["dS_formula = p * (dP_row - np.sum(dP_row * p))", "J = np.diag(p) - np.outer(p, p)",
+            "\\frac{\\partial P_j}{\\partial S_l} = P_j\\big([j = l] - P_l\\big)",
+            "dS = P \\odot \\big(dP - \\operatorname{rowsum}(dP \\odot P)\\big)",
+            "dS = P \\odot (dP - \\operatorname{rowsum}(dP \\odot P))",
+            "dS = P \\\\odot (dP - \\\\text{rowsum}(dP \\\\odot P))", "dQ = c\\; dS\\, K", "dV = P^\\top dO"],
+    "5.1": ["`reshape` $(B, T, D) \\to (B, T, H, d_h)$", "`transpose(0, 2, 1, 3)` $\\to (B, H, T, d_h)$"],
+    "6.1": ["\\boxed{\\,dx = r\\,\\big(g - \\overline{g} - \\hat x \\odot \\overline{g \\odot \\hat x}\\,\\big)\\,}",
+            "J = r * (np.eye(D) - np.ones((D, D)) / D - np.outer(xh, xh) / D)",
+            "r\\Big(\\delta_{ij} - \\frac{1}{D} - \\frac{\\hat x_i\\, \\hat x_j}{D}\\Big)",
+            "\\left(g - \\\\overline{g} - \\\\hat x\\\\, \\\\overline{g \\\\odot \\\\hat x}\\\\right)"],
+    "7.2": ["then $dx = d + F^\\top(\\text{Drop}^\\top(d))$",
+            "The residual branch and the sublayer branch each carry gradient; they add."],
+    "10.1": ["sum(min(k, r1[g]) for g, k in h1.items())"],
+    "12.1": ["its gradient is the sum over the batch of"],
+}
+
+
+def _normalised_texts(root: Path):
+    """(path, whitespace-normalised text) of the lessons' cells, the package's .py files (its grader aside)
+    and the Markdown files under ``root``."""
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).parts
+        if "exercises" in rel or "tests" in rel or rel[0].startswith("."):
+            continue
+        if p.suffix in (".py", ".md"):
+            yield p, " ".join(p.read_text(encoding="utf-8").split())
+        elif p.suffix == ".ipynb":
+            cells = json.loads(p.read_text(encoding="utf-8"))["cells"]
+            sources = ("".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells)
+            yield p, " ".join(" ".join(src.split()) for src in sources)
+
+
+def _where_found(root: Path):
+    texts = list(_normalised_texts(root))
+    return {(e, x): [p.relative_to(root).as_posix() for p, t in texts if " ".join(x.split()) in t]
+            for e, xs in GRADED_EXPRESSIONS.items() for x in xs}
+
+
+@pytest.fixture(scope="module")
+def guided_edition(tmp_path_factory):
+    out = tmp_path_factory.mktemp("guided") / "edition"
+    assert main(["build", str(out), "--guided"]) == 0
+    return out
+
+
+def test_student_edition_holds_no_graded_expression(edition, guided_edition):
+    """The done-when of 'students derive': none of the expressions in the student edition, every one of them in
+    the repository (so the list is not stale) and in the guided edition (which keeps the derivations)."""
+    assert all(GRADED_EXPRESSIONS.values()) and set(GRADED_EXPRESSIONS) <= set(BY_ID)
+    in_repo = _where_found(ROOT)
+    assert not [k for k, where in in_repo.items() if not where], "expressions the repository does not hold"
+    leaks = {k: where for k, where in _where_found(edition).items() if where}
+    assert not leaks, "\n".join(f"{e}: {x!r} in {where}" for (e, x), where in leaks.items())
+    kept = _where_found(guided_edition)
+    assert not [k for k, where in kept.items() if not where], "the guided edition lost a derivation"
+
+
+def test_student_edition_asks_the_derivation_and_keeps_the_checks(edition):
+    """A hidden cell shows its questions (or code that leaves the expression to the student) in its place: no
+    cell is added or removed, and the check cells after it stay as they are."""
+    for path in sorted((ROOT / "lessons").glob("*.ipynb")):
+        full = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        student = json.loads((edition / "lessons" / path.name).read_text(encoding="utf-8"))["cells"]
+        assert len(student) == len(full), path.name
+        for i, (a, b) in enumerate(zip(full, student)):
+            assert "solution" not in b["metadata"] and "solution" not in b["metadata"].get("tags", [])
+            if "solution" in a["metadata"].get("tags", []):
+                assert b["source"] == a["metadata"]["solution"]["student"] != "".join(a["source"]), (path.name, i)
+                assert b["cell_type"] == a["cell_type"]
+    lesson4 = json.loads((edition / "lessons" / "04_attention.ipynb").read_text(encoding="utf-8"))["cells"]
+    questions = " ".join(lesson4[22]["source"].split())
+    assert "what is $\\partial P_j / \\partial S_l$?" in questions and "Why must each row of $dS$ sum to 0?" in questions
+    assert "dS_formula = None" in lesson4[23]["source"]
+    assert "rel_error(dS_jacobian, dS_formula)" in "".join(lesson4[24]["source"])  # the check stays
+
+
+def test_solved_and_guided_keep_the_derivation_of_their_exercises():
+    from numpytransformer.exercises.fences import BuildError, hide_derivations
+
+    def notebook():
+        return {"cells": [{"cell_type": "code", "source": "expected = p - q", "outputs": ["x"], "execution_count": 3,
+                           "metadata": {"tags": ["solution", "other"],
+                                        "solution": {"exercise": "2.1", "student": "expected = None"}}},
+                          {"cell_type": "markdown", "source": "text", "metadata": {}}]}
+
+    nb = notebook()
+    assert hide_derivations(nb) == 1
+    assert nb["cells"][0]["source"] == "expected = None" and nb["cells"][0]["outputs"] == []
+    assert nb["cells"][0]["metadata"] == {"tags": ["other"]} and nb["cells"][1]["source"] == "text"
+    nb = notebook()
+    assert hide_derivations(nb, keep={"2.1"}) == 0
+    assert nb["cells"][0]["source"] == "expected = p - q" and nb["cells"][0]["metadata"] == {"tags": ["other"]}
+    nb = notebook()
+    nb["cells"][0]["metadata"]["solution"] = {"exercise": "2.1"}
+    with pytest.raises(BuildError, match="cell 0: a cell tagged 'solution' needs"):
+        hide_derivations(nb, "l.ipynb")
+
+
+def test_solution_only_docstring_blocks_are_dropped():
+    from numpytransformer.exercises.fences import strip_solution_only
+
+    text = ('def f(x):\n    """Contract.\n\n    .. solution-only::\n\n        dx = dout W^T\n\n        more\n\n'
+            '    Returns\n    -------\n    dx\n    """\n    return x\n')
+    out = strip_solution_only(text)
+    assert out == 'def f(x):\n    """Contract.\n\n    Returns\n    -------\n    dx\n    """\n    return x\n'
+    compile(out, "f.py", "exec")
+    assert strip_solution_only("no marker\n") == "no marker\n"
+
+
+# ---- the back half: each new check fails a typical mistake, and passes another right answer -------
+def _graded_with(tmp_path: Path, exercise_id: str, old: str, new: str):
+    """Grade ``exercise_id`` in a copy of the library whose fenced code has ``old`` replaced by ``new``."""
+    root = tmp_path / exercise_id.replace(".", "_") / str(abs(hash((old, new))))
+    shutil.copytree(package_dir(), root / "numpytransformer", ignore=shutil.ignore_patterns("__pycache__"))
+    path = root / BY_ID[exercise_id].file
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    assert text.count(old) == 1 and any(old in "".join(lines[f.begin:f.end - 1]) for f in parse_fences(text)
+                                        if f.id == exercise_id), f"{old!r} is not once in a fence of {exercise_id}"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    return run_check(exercise_id, root)
+
+
+@pytest.mark.parametrize("exercise_id, old, new, expected", [
+    ("7.2", "dx = dout + self.norm.backward(dsub)", "dx = self.norm.backward(dsub)", "dx: relative error"),
+    ("7.2", "d, dmemory = self.sub2.backward(d, self.cross_attn.backward)",
+     "d, dmemory = self.sub2.backward(d, self.cross_attn.backward)[0], None", "dmemory is None"),
+    ("9.1", "model._decode_step(ys[:, -1:]", "model._decode_step(ys[:, :1]", "greedy_decode, sentence"),
+    ("9.2", 'cache["self"][part][...] = cache["self"][part][flat]', "pass", "beam_search, sentence"),
+    ("9.2", "lengths = np.take_along_axis(lengths, beam, axis=1) + ~was_finished",
+     "lengths = np.take_along_axis(lengths, beam, axis=1) + 1", "beam_search, sentence"),
+    ("11.1", "std = values.std(ddof=1)", "std = values.std()", "population standard deviation"),
+    ("11.1", "half = t_quantile(n - 1) * sem", "half = 1.96 * sem", "Student's t"),
+    ("12.2", "(z - z.max()) / temperature", "(z - z.max()) * temperature", "next_token_probs:"),
+    ("12.2", "keep = order[before < p]", "keep = order[np.cumsum(probs[order]) < p]", "top_p_filter"),
+    ("12.2", "    u = rng.random()\n", "    u = 0.5\n", "sample_from drew id"),
+    ("12.3", "targets = ids[:, 1:]", "targets = ids[:, :-1]", "the forward's out"),
+])
+def test_the_new_checks_fail_a_typical_mistake(tmp_path, exercise_id, old, new, expected):
+    result = _graded_with(tmp_path, exercise_id, old, new)
+    assert result.status == "failed" and expected in "\n".join(result.failures), result.line
+
+
+def test_sampling_is_graded_by_its_statistics_not_by_one_algorithm(tmp_path):
+    """A sample_from that draws with rng.choice (another right algorithm, other ids) passes."""
+    result = _graded_with(tmp_path, "12.2", "    u = rng.random()\n", "    return int(rng.choice(probs.size, p=probs))\n")
+    assert result.status == "passed", result.line
+
+
+def test_the_back_half_carries_weight():
+    points = sum(e.points for e in EXERCISES)
+    back = sum(e.points for e in EXERCISES if e.lesson >= 7)
+    assert len(EXERCISES) >= 22 and back >= 0.35 * points
+    for lesson in (7, 9, 11, 12):
+        assert any(e.lesson == lesson and e.id != "7.1" and e.id != "12.1" for e in EXERCISES), lesson

@@ -11,8 +11,8 @@ LESSONS = Path(__file__).resolve().parent.parent / "lessons"
 NOTEBOOKS = sorted(LESSONS.glob("[0-9][0-9]_*.ipynb"))
 
 
-def test_twelve_lessons_numbered_in_order():
-    assert [int(p.name[:2]) for p in NOTEBOOKS] == list(range(1, 13))
+def test_thirteen_lessons_numbered_in_order():
+    assert [int(p.name[:2]) for p in NOTEBOOKS] == list(range(1, 14))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -34,3 +34,25 @@ def test_notebook_uses_the_library_beside_it_and_checks_with_asserts(path):
     assert "sys.path.insert(0, str(pathlib.Path.cwd().parent))" in first_code
     assert "import numpytransformer" in first_code
     assert any("assert " in s for c, s in zip(nb["cells"], sources) if c["cell_type"] == "code")
+
+
+QUESTIONED = NOTEBOOKS
+INSTRUCTOR = (LESSONS / "INSTRUCTOR.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("path", QUESTIONED, ids=lambda p: p.name)
+def test_lesson_ends_with_written_questions_answered_in_instructor_md(path):
+    """Each lesson ends with 2-4 written questions (a "## Questions" cell); INSTRUCTOR.md answers every one."""
+    import re
+
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    last = "".join(nb["cells"][-1]["source"])
+    assert nb["cells"][-1]["cell_type"] == "markdown" and last.startswith("## Questions")
+    numbers = re.findall(r"^(\d)\. \*\*", last, flags=re.MULTILINE)
+    assert 2 <= len(numbers) <= 4 and numbers == [str(i) for i in range(1, len(numbers) + 1)]
+    n = int(path.name[:2])
+    section = INSTRUCTOR.split(f"#### Lesson {n} questions", 1)
+    assert len(section) == 2, f"INSTRUCTOR.md has no '#### Lesson {n} questions' answers"
+    answers = re.split(r"\n#{2,4} ", section[1], maxsplit=1)[0]
+    for q in numbers:
+        assert re.search(rf"^{q}\. \*\*", answers, flags=re.MULTILINE), f"no model answer to lesson {n} question {q}"

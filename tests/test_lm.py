@@ -471,3 +471,123 @@ def test_the_package_exports_the_language_model():
     import numpytransformer
 
     assert numpytransformer.TransformerLM is TransformerLM and "TransformerLM" in numpytransformer.__all__
+
+
+# ---- the two faults a fuzz found: a diverged model, a damaged tokenizer ----------------------
+DIVERGING = ["train", "lm", "--corpus", "embedded", "--tokenization", "char", "--embedded-chars", "3000",
+             "--block-size", "16", "--batch-size", "4", "--batches-per-epoch", "20", "--d-model", "8", "--heads", "2",
+             "--layers", "1", "--d-ff", "16"]
+
+
+def _cli(argv, capsys):
+    """``(exit code, stdout, stderr)`` of the command line."""
+    from numpytransformer.cli import main
+
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+class Confident:
+    """A model sure of the last token everywhere: thousands of nats on every other target."""
+
+    def __init__(self, V):
+        self.V = V
+
+    def forward(self, ids):
+        return np.broadcast_to(1e4 * np.arange(self.V, dtype=np.float64), (*ids.shape, self.V))
+
+
+def test_the_perplexity_of_a_loss_beyond_the_largest_exponent_is_infinite():
+    """exp of a loss above about 709 nats overflows a float: the figure is inf, not an OverflowError."""
+    task = embedded_task("char")
+    m = task.val_loss(Confident(len(task.tokenizer)))
+    assert m["val_loss"] > 1000 and np.isfinite(m["val_loss"]) and m["val_ppl"] == math.inf
+
+
+def test_a_diverging_run_stops_with_the_trainers_one_line_message(tmp_path, capsys, monkeypatch):
+    import numpytransformer.trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "plot_history", lambda *a, **kw: None)
+    code, _, err = _cli(DIVERGING + ["--epochs", "4", "--lr-factor", "100", "--warmup", "1", "--out",
+                                     str(tmp_path / "div")], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: ") and "diverged" in err and "Traceback" not in err
+
+
+def test_eval_of_huge_finite_weights_reports_an_infinite_perplexity(tmp_path, capsys, monkeypatch):
+    import numpytransformer.trainer as trainer_module
+    from numpytransformer.checkpoint import read_checkpoint_meta, save_checkpoint
+    from numpytransformer.cli import load_for_inference
+
+    monkeypatch.setattr(trainer_module, "plot_history", lambda *a, **kw: None)
+    assert _cli(DIVERGING + ["--epochs", "1", "--out", str(tmp_path / "run")], capsys)[0] == 0
+    _, model, ck = load_for_inference(str(tmp_path / "run"))
+    for p in model.parameters().values():
+        p *= 1e4  # finite, and far beyond anything training makes
+    doc = read_checkpoint_meta(ck)
+    meta = {k: doc[k] for k in ("task", "data", "train", "step", "epoch", "best_score", "history")}
+    save_checkpoint(tmp_path / "huge", model, meta)
+    code, out, err = _cli(["eval", "--checkpoint", str(tmp_path / "huge")], capsys)
+    assert code == 0 and err == "" and "val_ppl inf" in out, (out, err)
+
+
+def _damaged(tokenization, fn):
+    state = embedded_task(tokenization).to_dict()
+    fn(state["state"]["tokenizer"])
+    return state
+
+
+@pytest.mark.parametrize("tokenization, damage, message", [
+    ("char", lambda t: t["units"].__setitem__(1, t["units"][0]), r"state\.tokenizer\.units holds '.+' twice"),
+    ("char", lambda t: t["units"].__setitem__(1, "ab"), r"state\.tokenizer\.units\[1\] must be one character"),
+    ("char", lambda t: t["units"].__setitem__(2, ""), r"state\.tokenizer\.units\[2\] must be a non-empty str"),
+    ("char", lambda t: t["units"].__setitem__(0, 7), r"state\.tokenizer\.units\[0\] must be a non-empty str"),
+    ("bpe", lambda t: t["units"].__setitem__(-1, t["units"][0]), r"state\.tokenizer\.units holds '.+' twice"),
+    ("bpe", lambda t: t["units"].__setitem__(0, "</w>"), r"state\.tokenizer\.units\[0\] must be a non-empty str"),
+    ("bpe", lambda t: t["merges"].__setitem__(0, ["Q", "Z"]), r"state\.tokenizer\.merges\[0\] makes 'QZ', which is "
+                                                               "not among the units"),
+    ("bpe", lambda t: t["merges"].__setitem__(0, ["a"]), r"state\.tokenizer\.merges\[0\] must be a pair"),
+    ("bpe", lambda t: t.__setitem__("merges", None), r"state\.tokenizer\.merges must be a list"),
+])
+def test_a_damaged_tokenizer_state_is_refused_naming_the_field(tokenization, damage, message):
+    """A unit listed twice, or a character unit of two characters, would load and then decode
+    wrongly without a word; the loader refuses them in one line."""
+    with pytest.raises(NumpyTransformerError, match=message):
+        task_from_dict(_damaged(tokenization, damage))
+    task_from_dict(_damaged(tokenization, lambda t: None))  # undamaged, it loads
+
+
+# ---- the language model's loss (exercise 12.3) ---------------------------------------------
+def test_lm_loss_is_the_loss_the_language_model_trains_on():
+    """lm_loss_forward on ids (B, T+1) is cross_entropy of the logits against the shifted ids (the task's
+    batch_arrays), and its backward is that gradient; finite differences agree in float64."""
+    from numpytransformer.lm import lm_loss_backward, lm_loss_forward
+
+    cfg = TransformerConfig(src_vocab_size=7, d_model=8, n_heads=2, n_layers=1, d_ff=16, max_len=6, dropout=0.0,
+                            norm_first=True, dtype="float64")
+    ids = np.random.default_rng(3).integers(0, 7, size=(2, 6))
+    logits = TransformerLM(cfg).forward(ids[:, :-1])
+    loss, cache = lm_loss_forward(logits, ids)
+    expected, dlogits = cross_entropy(logits, ids[:, 1:], pad_id=None)
+    assert abs(loss - expected) < 1e-12 * expected
+    assert rel_error(lm_loss_backward(1.0, cache), dlogits) < 1e-12
+    z = np.random.default_rng(4).standard_normal((2, 3, 5))
+    errors = check_pair(lm_loss_forward, lm_loss_backward, {"logits": z}, ("logits",),
+                        ids=np.array([[0, 4, 4, 1], [2, 3, 0, 0]]))
+    assert errors["logits"] < 1e-7
+
+
+@pytest.mark.parametrize("logits_shape, ids, name", [
+    ((2, 3, 5), np.zeros((2, 3), dtype=np.int64), "ids"),          # not one longer than the logits
+    ((2, 3, 5), np.zeros((2, 4)), "ids"),                          # float ids
+    ((2, 3, 5), np.full((2, 4), 5), "ids"),                        # past the vocabulary
+    ((2, 3, 5), np.full((2, 4), -1), "ids"),
+    ((6, 5), np.zeros((2, 4), dtype=np.int64), "logits"),         # not (B, T, V)
+])
+def test_lm_loss_refuses_bad_input_naming_it(logits_shape, ids, name):
+    from numpytransformer.lm import lm_loss_forward
+
+    with pytest.raises(NumpyTransformerError, match=f"^{name} must") as info:
+        lm_loss_forward(np.zeros(logits_shape), ids)
+    assert "\n" not in str(info.value)

@@ -133,7 +133,7 @@ def test_task_truncates_a_known_review(synthetic_dir):
     (dict(batch_tokens=128, max_tokens=128, pooling="first"), r"expected at least 129"),
     (dict(max_batch_size=0), r"--max-batch-size must be from 1 to 65536, got 0"),
     (dict(min_freq=0), r"--min-freq must be from 1 to 1000000, got 0"),
-    (dict(max_tokens=0), r"--max-tokens must be from 1 to 100000, got 0"),
+    (dict(max_tokens=0), r"--max-tokens must be from 1 to 99999, got 0"),
     (dict(n_heads=0), r"--heads must be from 1 to 256, got 0"),
     (dict(n_layers=0), r"--layers must be from 1 to 64, got 0"),
     (dict(seed=-1), r"--seed must be from 0 to 4294967295, got -1"),

@@ -1,13 +1,17 @@
-"""The lessons as a static site (lessons/build_site.py): an index in order, every page linked, every figure there.
+"""The lessons as a static site (lessons/build_site.py): an index in order, every page linked, every figure there,
+every formula MathML that a browser lays out with no network.
 
-Building all eleven lessons is CI's job (``python lessons/build_site.py``, a few minutes);
-here two short lessons are built and the index is parsed.
+Building all the lessons is CI's job (``python lessons/build_site.py``, a few minutes);
+here two short lessons are built, the index and pages are parsed, and (where Debian's
+``chromium`` is installed) a headless browser measures how the formulas were laid out.
 """
 from __future__ import annotations
 
 import html.parser
 import importlib.util
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +19,7 @@ import pytest
 LESSONS = Path(__file__).resolve().parent.parent / "lessons"
 pytest.importorskip("nbclient")
 pytest.importorskip("nbconvert")
+pytest.importorskip("latex2mathml")
 _spec = importlib.util.spec_from_file_location("build_site", LESSONS / "build_site.py")
 build_site = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(build_site)
@@ -58,6 +63,104 @@ def test_index_links_every_lesson_in_order(site):
     assert text.index("Lesson 1:") < text.index("Lesson 2:")
 
 
+def test_index_gives_each_lesson_its_summary_and_exercises(site):
+    text = (site / "index.html").read_text(encoding="utf-8")
+    entries = json.loads((site / "site.json").read_text(encoding="utf-8"))
+    exercises = build_site.exercises_of(1) + build_site.exercises_of(2)
+    assert exercises, "the catalogue lists exercises for lessons 1 and 2"
+    for e in entries:
+        assert e["summary"] and html_escape(e["summary"]) in text
+    for x in exercises:
+        assert f"{x.id} &mdash; <code>{html_escape(x.function)}</code>: {html_escape(x.title)}" in text
+    # each lesson's exercises sit under it, before the next lesson's entry
+    assert text.index("Lesson 1:") < text.index("1.1 &mdash;") < text.index("Lesson 2:") < text.index("2.1 &mdash;")
+
+
+def test_summary_falls_back_to_the_first_sentence():
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
+        "# Lesson 13: Data parallel\n\nEvery rank holds the whole model. Then it\nsums the gradients.")])
+    assert build_site.summary_of(nb) == "Every rank holds the whole model."
+    nb.metadata["numpytransformer"] = {"summary": "One line."}
+    assert build_site.summary_of(nb) == "One line."
+
+
+def test_every_page_links_to_the_previous_lesson_the_next_and_the_index(site):
+    pages = [p.stem + ".html" for p in build_site.lesson_paths(["1", "2"])]
+    first, second = (_parse(site / page).links for page in pages)
+    assert "index.html" in first and pages[1] in first and pages[0] not in first
+    assert "index.html" in second and pages[0] in second and pages[1] not in second
+
+
+def test_formulas_are_mathml_and_nothing_is_fetched(site):
+    text = (site / "01_backprop_linear_relu.html").read_text(encoding="utf-8")
+    assert len(re.findall(r"<math\b", text)) > 50
+    assert "<mfrac>" in text and 'display="block"' in text
+    assert build_site.unrendered_math(text) == []
+    assert not re.search(r"<(script|link)\b[^>]*(src|href)=\"(https?:)?//", text), "a page fetches from the network"
+    assert "mathjax" not in text.lower()
+
+
+def test_check_site_finds_raw_latex_an_external_script_and_a_missing_link(site, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for p in site.iterdir():
+        (broken / p.name).write_bytes(p.read_bytes())
+    first, second = json.loads((site / "site.json").read_text(encoding="utf-8"))[:2]
+    page = broken / first["page"]
+    text = page.read_text(encoding="utf-8")
+    text = text.replace("</main>", "<p>$$\\frac{a}{b}$$</p></main>", 1)
+    text = text.replace("</head>", '<script src="https://cdn.example/mathjax.js"></script></head>', 1)
+    page.write_text(text, encoding="utf-8")
+    other = broken / second["page"]
+    other.write_text(other.read_text(encoding="utf-8").replace('rel="prev"', 'rel="nothing"'), encoding="utf-8")
+    problems = build_site.check_site(broken)
+    assert any(first["page"] in p and "not turned into MathML" in p for p in problems), problems
+    assert any(first["page"] in p and "network" in p for p in problems), problems
+    assert any(second["page"] in p and "prev link" in p for p in problems), problems
+
+
+def test_every_formula_of_every_lesson_converts_to_mathml():
+    """All the lessons' LaTeX, without executing them: nothing the converter leaves as a command."""
+    import nbformat
+    from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+
+    formulas = []
+
+    class Collect(IPythonRenderer):
+        def block_math(self, body):
+            formulas.append((body, True))
+            return ""
+
+        def inline_math(self, body):
+            formulas.append((body, False))
+            return ""
+
+        def latex_environment(self, name, body):
+            formulas.append((f"\\begin{{{name}}}{body}\\end{{{name}}}", True))
+            return ""
+
+    bad = []
+    for path in build_site.lesson_paths([]):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "markdown":
+                del formulas[:]
+                MarkdownWithMath(renderer=Collect(escape=False)).render(cell.source)
+                for tex, display in formulas:
+                    left = build_site.unrendered_math(build_site.tex_to_mathml(tex, display))
+                    if left:
+                        bad.append((path.name, tex[:80], left))
+    assert bad == []
+    assert build_site.unrendered_math(build_site.tex_to_mathml(r"\notacommand x", False))  # the check can fail
+
+
+def html_escape(text):
+    import html
+
+    return html.escape(text)
+
+
 def test_every_page_shows_the_figures_its_notebook_made(site):
     entries = json.loads((site / "site.json").read_text(encoding="utf-8"))
     for e in entries:
@@ -80,3 +183,41 @@ def test_check_site_finds_a_missing_figure_and_a_missing_page(site, tmp_path):
     assert any(first["page"] in p and "figures" in p for p in problems), problems
     assert any(second["page"] in p and "missing" in p for p in problems), problems
     assert build_site.main(["--check", str(broken)]) == 1
+
+
+# ---- in a real browser --------------------------------------------------------------------------
+
+def _browser():
+    browser = build_site.find_browser()
+    if browser is None:
+        pytest.skip("no chromium on PATH: the browser test needs Debian's chromium (apt-get install chromium); "
+                    "the formulas' layout was NOT checked")
+    return browser
+
+
+def test_chromium_lays_out_the_formulas_and_keeps_a_screenshot(site, tmp_path):
+    """Headless Chromium, no network, opens a built page: every fraction stacked, no formula without size."""
+    browser = _browser()
+    shot = Path(os.environ.get("NUMPYTRANSFORMER_SITE_SCREENSHOT", tmp_path / "screenshot.png"))
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    result = build_site.render_check(site / "01_backprop_linear_relu.html", browser, screenshot=shot)
+    print(f"browser check {result}; screenshot: {shot}")
+    assert result["formulas"] > 50 and result["fractions"] > 5, result
+    assert result["flat"] == 0 and result["empty"] == 0, result
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+    assert build_site.browser_problems(site, browser) == []
+
+
+def test_chromium_check_fails_on_nbconvert_s_own_page(tmp_path):
+    """The page the issue found (nbconvert's default, MathJax from a CDN, no network): no formula is laid out."""
+    browser = _browser()
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.read(LESSONS / "01_backprop_linear_relu.ipynb", as_version=4)
+    page = tmp_path / "plain.html"
+    page.write_text(HTMLExporter(template_name="lab").from_notebook_node(nb)[0], encoding="utf-8")
+    assert "$$" in page.read_text(encoding="utf-8")
+    result = build_site.render_check(page, browser)
+    assert result["formulas"] == 0 and result["fractions"] == 0, result

@@ -139,3 +139,40 @@ def test_cli_sweep_with_heads_that_do_not_divide_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == "error: sweep run {'heads': 3}: --d-model 64 must be divisible by --heads 3 (each head gets " \
                   "d_model / heads dimensions)\n"
+
+
+# ---- error bars over seeds (exercise 11.1) ----------------------------------------------------
+def test_over_seeds_gives_the_mean_and_its_t_interval():
+    import numpy as np
+
+    from numpytransformer.sweep import over_seeds, t_quantile
+
+    calls = []
+
+    def train(seed):
+        calls.append(seed)
+        return {5: 0.90, 6: 0.94, 7: 0.95}[seed]
+
+    s = over_seeds(train, [7, 5, 6])
+    assert calls == [7, 5, 6] and s.values == (0.95, 0.90, 0.94)
+    assert abs(s.mean - 0.93) < 1e-15
+    std = np.sqrt(((0.95 - 0.93) ** 2 + (0.90 - 0.93) ** 2 + (0.94 - 0.93) ** 2) / 2)  # n - 1 = 2
+    assert abs(s.std - std) < 1e-15 and abs(s.sem - std / np.sqrt(3)) < 1e-15
+    assert abs(s.high - s.mean - 4.303 * s.sem) < 1e-15 and abs(s.mean - s.low - 4.303 * s.sem) < 1e-15
+    assert t_quantile(1) == 12.706 and t_quantile(30) == 2.042 and t_quantile(31) == 1.96
+
+
+def test_t_quantiles_are_students():
+    stats = pytest.importorskip("scipy.stats")
+    from numpytransformer.sweep import t_quantile
+
+    for df in range(1, 31):
+        assert abs(t_quantile(df) - stats.t.ppf(0.975, df)) < 5e-4, df
+
+
+@pytest.mark.parametrize("seeds", [[], [3], [1, 1]])
+def test_over_seeds_needs_two_distinct_seeds(seeds):
+    from numpytransformer.sweep import over_seeds
+
+    with pytest.raises(NumpyTransformerError, match="^seeds must hold at least two distinct seeds"):
+        over_seeds(lambda s: 0.5, seeds)

@@ -5,11 +5,11 @@ from .imdb import clean_review, load_imdb, train_val_split
 from .multi30k import load_multi30k
 from .numbers import english_words, german_words, make_number_pairs
 from .paths import DATA_ENV, default_data_dir
-from .reverse import ReverseTask, make_splits, seq2seq_batch, tagger_batch
+from .reverse import SymbolSequences, make_splits, seq2seq_batch, tagger_batch
 
 __all__ = [
     "DATA_ENV",
-    "ReverseTask",
+    "SymbolSequences",
     "bucket_batches",
     "clean_review",
     "default_data_dir",

@@ -39,8 +39,9 @@ N_SPECIAL = 4
 
 
 @dataclass(frozen=True)
-class ReverseTask:
-    """Settings of the reversal task and its symbol <-> id mapping.
+class SymbolSequences:
+    """The sequences a reversal (or sorting) model reads: symbols ``1..n_symbols``, lengths
+    ``min_len..max_len``, and the symbol <-> id mapping.
 
     Parameters
     ----------
@@ -56,12 +57,12 @@ class ReverseTask:
 
     def __post_init__(self):
         if not isinstance(self.n_symbols, (int, np.integer)) or self.n_symbols < 1:
-            raise ValueError(f"ReverseTask: n_symbols={self.n_symbols!r}; expected an integer >= 1")
+            raise ValueError(f"SymbolSequences: n_symbols={self.n_symbols!r}; expected an integer >= 1")
         if not isinstance(self.min_len, (int, np.integer)) or self.min_len < 1:
-            raise ValueError(f"ReverseTask: min_len={self.min_len!r}; expected an integer >= 1")
+            raise ValueError(f"SymbolSequences: min_len={self.min_len!r}; expected an integer >= 1")
         if not isinstance(self.max_len, (int, np.integer)) or self.max_len < self.min_len:
             raise ValueError(
-                f"ReverseTask: max_len={self.max_len!r}; expected an integer >= min_len={self.min_len}"
+                f"SymbolSequences: max_len={self.max_len!r}; expected an integer >= min_len={self.min_len}"
             )
 
     @property
@@ -171,7 +172,7 @@ def _sample_distinct(rng: np.random.Generator, n_symbols: int, length: int, coun
 
 
 def make_splits(
-    task: ReverseTask, n_train: int, n_val: int, n_test: int, seed: int
+    spec: SymbolSequences, n_train: int, n_val: int, n_test: int, seed: int
 ) -> Tuple[List[np.ndarray], List[np.ndarray], List[np.ndarray]]:
     """Draw distinct random sequences and deal them into three disjoint splits.
 
@@ -181,7 +182,7 @@ def make_splits(
 
     Parameters
     ----------
-    task : ReverseTask
+    spec : SymbolSequences
     n_train, n_val, n_test : int
         Number of sequences in each split.
     seed : int
@@ -193,17 +194,17 @@ def make_splits(
         Content ids (symbol + 3), no BOS/EOS. No sequence appears twice, within a
         split or across splits.
     """
-    if not isinstance(task, ReverseTask):
-        raise TypeError(f"make_splits: task is a {type(task).__name__}; expected a ReverseTask")
+    if not isinstance(spec, SymbolSequences):
+        raise TypeError(f"make_splits: spec is a {type(spec).__name__}; expected a SymbolSequences")
     counts = [_check_count(k, v) for k, v in (("n_train", n_train), ("n_val", n_val), ("n_test", n_test))]
     total = sum(counts)
-    lengths = np.arange(task.min_len, task.max_len + 1)
-    capacity = [task.n_symbols ** int(L) for L in lengths]
+    lengths = np.arange(spec.min_len, spec.max_len + 1)
+    capacity = [spec.n_symbols ** int(L) for L in lengths]
     if total > sum(capacity):
         raise ValueError(
             f"make_splits: requested n_train + n_val + n_test = {total} distinct sequences, "
-            f"but only {sum(capacity)} exist with n_symbols={task.n_symbols} and lengths "
-            f"{task.min_len}..{task.max_len}; ask for fewer or enlarge the task"
+            f"but only {sum(capacity)} exist with n_symbols={spec.n_symbols} and lengths "
+            f"{spec.min_len}..{spec.max_len}; ask for fewer, or allow more symbols or lengths"
         )
     rng = np.random.default_rng(seed)
 
@@ -221,7 +222,7 @@ def make_splits(
     seqs: List[np.ndarray] = []
     for L, c in zip(lengths, per_length):
         if c:
-            rows = _sample_distinct(rng, task.n_symbols, int(L), int(c)) + (N_SPECIAL - 1)
+            rows = _sample_distinct(rng, spec.n_symbols, int(L), int(c)) + (N_SPECIAL - 1)
             seqs.extend(rows)
     order = rng.permutation(total)
     seqs = [seqs[i] for i in order]
@@ -280,40 +281,40 @@ def tagger_batch(seqs: Sequence, max_len: int, pad_id: int = PAD_ID) -> Tuple[np
     return x, y
 
 
-def short_lengths(task: ReverseTask, n_train: int) -> List[int]:
+def short_lengths(spec: SymbolSequences, n_train: int) -> List[int]:
     """The lengths with no more distinct sequences than their share of ``n_train``.
 
     Only 20 sequences of length 1 and 400 of length 2 exist with 20 symbols: dealt into
     disjoint splits they would nearly vanish from training, although a user types them as
     often as any other length. :func:`training_splits` trains on all of them instead.
     """
-    share = n_train // (task.max_len - task.min_len + 1)
-    return [L for L in range(task.min_len, task.max_len + 1) if task.n_symbols ** L <= share]
+    share = n_train // (spec.max_len - spec.min_len + 1)
+    return [L for L in range(spec.min_len, spec.max_len + 1) if spec.n_symbols ** L <= share]
 
 
-def training_splits(task: ReverseTask, n_train: int, n_val: int, n_test: int, seed: int):
+def training_splits(spec: SymbolSequences, n_train: int, n_val: int, n_test: int, seed: int):
     """:func:`make_splits`, except that every sequence of a :func:`short_lengths` length is in
     training, repeated up to the length's share (those lengths cannot be held out)."""
-    train, val, test = make_splits(task, n_train, n_val, n_test, seed)
-    short = short_lengths(task, n_train)
-    share = n_train // (task.max_len - task.min_len + 1)
+    train, val, test = make_splits(spec, n_train, n_val, n_test, seed)
+    short = short_lengths(spec, n_train)
+    share = n_train // (spec.max_len - spec.min_len + 1)
     train = [x for x in train if len(x) not in short]
     for L in short:
         every = [np.array(s, dtype=np.int64) + (N_SPECIAL - 1)
-                 for s in itertools.product(range(1, task.n_symbols + 1), repeat=L)]
+                 for s in itertools.product(range(1, spec.n_symbols + 1), repeat=L)]
         train += [every[i % len(every)] for i in range(share)]
     return train, val, test
 
 
-def fresh_sequences(task: ReverseTask, n: int, seed: int, seen: Sequence[np.ndarray],
+def fresh_sequences(spec: SymbolSequences, n: int, seed: int, seen: Sequence[np.ndarray],
                     short: Sequence[int]) -> List[np.ndarray]:
     """``n`` sequences of uniformly drawn lengths that are not in ``seen`` (the lengths in
     ``short``, trained on completely, are drawn from all sequences)."""
     seen = {x.tobytes() for x in seen}
     rng, out = np.random.default_rng(seed), []
-    for L in rng.integers(task.min_len, task.max_len + 1, size=n):
+    for L in rng.integers(spec.min_len, spec.max_len + 1, size=n):
         for _ in range(1000):
-            x = rng.integers(1, task.n_symbols + 1, size=int(L)) + (N_SPECIAL - 1)
+            x = rng.integers(1, spec.n_symbols + 1, size=int(L)) + (N_SPECIAL - 1)
             if int(L) in short or x.tobytes() not in seen:
                 out.append(x)
                 break

@@ -151,13 +151,38 @@ class BPETokenizer:
         return {"kind": "bpe", "merges": [list(m) for m in self.bpe.merges], "units": self.units}
 
 
-def tokenizer_from_dict(d: dict):
-    """Rebuild a tokenizer from its ``to_dict`` (a checkpoint's task state)."""
+def tokenizer_from_dict(d: dict, field: str = "tokenizer"):
+    """Rebuild a tokenizer from its ``to_dict`` (a checkpoint's task state), checking it.
+
+    A damaged state is refused here, in one line naming ``field``: a unit listed twice would
+    make two ids decode alike, a character unit of two characters would make decoding and the
+    per-character loss wrong, and a BPE merge whose result is not a unit could not be encoded.
+    """
     if not isinstance(d, dict) or d.get("kind") not in ("char", "bpe") or not isinstance(d.get("units"), list):
-        raise NumpyTransformerError("tokenizer must be a dict with kind 'char' or 'bpe' and a list of units")
+        raise NumpyTransformerError(f"{field} must be a dict with kind 'char' or 'bpe' and a list of units")
+    units, eow = d["units"], BPETokenizer.EOW
+    seen = set()
+    for i, u in enumerate(units):
+        if not isinstance(u, str) or not (u[:-len(eow)] if u.endswith(eow) else u):
+            raise NumpyTransformerError(f"{field}.units[{i}] must be a non-empty str, got {u!r}")
+        if d["kind"] == "char" and len(u) != 1:
+            raise NumpyTransformerError(f"{field}.units[{i}] must be one character, got {u!r}")
+        if u in seen:
+            raise NumpyTransformerError(f"{field}.units holds {u!r} twice (units[{i}])")
+        seen.add(u)
     if d["kind"] == "char":
-        return CharTokenizer(d["units"])
-    return BPETokenizer(d.get("merges", []), d["units"])
+        return CharTokenizer(units)
+    merges = d.get("merges")
+    if not isinstance(merges, list):
+        raise NumpyTransformerError(f"{field}.merges must be a list of pairs, got {type(merges).__name__}")
+    try:
+        tok = BPETokenizer(merges, units)
+    except TypeError as e:  # BPE names the bad merge: "merges[3] must be a pair of non-empty str"
+        raise NumpyTransformerError(f"{field}.{e}") from None
+    for r, (a, b) in enumerate(tok.bpe.merges):
+        if a + b not in seen:
+            raise NumpyTransformerError(f"{field}.merges[{r}] makes {a + b!r}, which is not among the units")
+    return tok
 
 
 def load_corpus(corpus: str, data_dir: Optional[str] = None, embedded_chars: int = 60_000) -> str:

@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("out_dir", metavar="OUT_DIR", help="a new or empty directory")
     b.add_argument("--solved", metavar="IDS", default="",
                    help="exercise ids whose solutions stay in, comma-separated (1.1,4.1)")
+    b.add_argument("--guided", action="store_true",
+                   help="a gentler edition: keep the lessons' derivations and the backward docstrings' formulas")
     c = sub.add_parser("check", help="grade exercises (of this package, or of --student's)")
     c.add_argument("which", nargs="?", metavar="N",
                    help="an exercise id (4.2), a lesson number (4), or nothing for every exercise")
@@ -95,11 +97,11 @@ def _list() -> int:
     return 0
 
 
-def _build(out_dir: str, solved: str) -> int:
+def _build(out_dir: str, solved: str, guided: bool = False) -> int:
     from .fences import BuildError, build_edition
 
     try:
-        fences = build_edition(out_dir, solved=solved)
+        fences = build_edition(out_dir, solved=solved, guided=guided)
     except BuildError as e:
         return _fail(str(e))
     kept = list(dict.fromkeys(i.strip() for i in solved.split(",") if i.strip()))
@@ -230,7 +232,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "list":
         return _list()
     if args.command == "build":
-        return _build(args.out_dir, args.solved)
+        return _build(args.out_dir, args.solved, args.guided)
     if args.command == "release":
         return _release(args.ids, args.into)
     if args.command == "gradescope":

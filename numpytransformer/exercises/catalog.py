@@ -34,9 +34,9 @@ EXERCISES: List[Exercise] = [
     Exercise("1.1", "numpytransformer/linear.py", "linear_backward",
              "dx, dW and db of the affine map out = x W + b", (), "lesson 1 §2", "easy", 20, 5),
     Exercise("1.2", "numpytransformer/relu.py", "relu_backward",
-             "dx of ReLU, dout where x > 0 and 0 elsewhere", (), "lesson 1 §4", "easy", 10, 3),
+             "dx of ReLU, shaped like x, with derivative 0 at the kink", (), "lesson 1 §4", "easy", 10, 3),
     Exercise("2.1", "numpytransformer/losses.py", "softmax_cross_entropy_backward",
-             "turn d (the softmax) into dloss * (p - q) / N, zero in pad rows", (), "lesson 2 §4-5", "medium", 30, 8),
+             "turn d (the softmax) into dloss * dL/dlogits, zero in pad rows", (), "lesson 2 §4-5", "medium", 30, 8),
     Exercise("3.1", "numpytransformer/embedding.py", "embedding_backward",
              "dW, the scaled scatter-add of dout into the rows named by ids, pad row zero", (), "lesson 3 §2-4",
              "medium", 25, 6),
@@ -60,7 +60,7 @@ EXERCISES: List[Exercise] = [
              "easy", 15, 4),
     Exercise("7.1", "numpytransformer/layers.py", "EncoderLayer.backward",
              "dx, back through the FFN sublayer, then the self-attention sublayer",
-             ("1.1", "1.2", "4.1", "4.2", "5.1", "5.2", "6.1", "6.2"), "lesson 7 §1", "medium", 20, 5),
+             ("1.1", "1.2", "4.1", "4.2", "5.1", "5.2", "6.1", "6.2", "7.2"), "lesson 7 §1", "medium", 20, 5),
     Exercise("8.1", "numpytransformer/optim.py", "NoamSchedule.__call__",
              "the learning rate: linear warm-up to a peak at step warmup, then 1/sqrt(step) decay", (),
              "lesson 8 §3", "easy", 10, 3),
@@ -74,9 +74,30 @@ EXERCISES: List[Exercise] = [
              "correct[n-1] and total[n-1], clipped matches and hypothesis n-grams of each order n", (),
              "lesson 10 §4", "medium", 30, 6),
     Exercise("12.1", "numpytransformer/positional.py", "learned_positional_backward",
-             "dx, and dP: each used row gets the batch sum of its dout, the others zero", (), "lesson 12",
+             "dx and dP of the addition of learned positions; rows the forward did not read get zero", (), "lesson 12",
              "easy", 15, 4),
+    Exercise("7.2", "numpytransformer/layers.py", "Residual.backward, DecoderLayer.backward",
+             "dx (and dmemory) through a sublayer connection, pre- or post-LN, and back through the decoder's three "
+             "sublayers", ("1.1", "1.2", "4.1", "4.2", "5.1", "5.2", "6.1", "6.2"), "lesson 6 §4, lesson 7 §2",
+             "hard", 45, 12),
+    Exercise("9.1", "numpytransformer/decoding.py", "_greedy",
+             "the greedy loop: the last position's logits (from the KV cache or the whole prefix), the argmax, EOS "
+             "bookkeeping", (), "lesson 9 §2, §4", "medium", 30, 6),
+    Exercise("9.2", "numpytransformer/decoding.py", "_beam",
+             "one beam step: finished beams kept, the K best of K*V candidates, their parents, lengths and "
+             "reordered caches", (), "lesson 9 §3, §5", "hard", 60, 10),
+    Exercise("11.1", "numpytransformer/sweep.py", "over_seeds",
+             "train once per seed, then the mean, the sample std, the standard error and the 95% t-interval", (),
+             "lesson 11 §5", "easy", 20, 6),
+    Exercise("12.2", "numpytransformer/sampling.py", "top_k_filter, top_p_filter, _probs, sample_from",
+             "the distribution at temperature tau, cut to the top k and the top p, renormalised; one draw from it",
+             (), "lesson 12 §6", "medium", 40, 10),
+    Exercise("12.3", "numpytransformer/lm.py", "lm_loss_forward, lm_loss_backward",
+             "the mean next-token loss (targets: ids shifted by one) and its gradient dlogits", (), "lesson 12 §5",
+             "medium", 25, 6),
 ]
+# Kept in lesson order (the list above grows at its end).
+EXERCISES.sort(key=lambda e: tuple(map(int, e.id.split("."))))
 
 BY_ID: Dict[str, Exercise] = {e.id: e for e in EXERCISES}
 

@@ -233,6 +233,14 @@ def _pair_properties(g: Grader, eid: str, pre: str, i: int, case: trusted.Case, 
         g.require(np.all(d[~valid] == 0), f"dlogits is not zero in rows whose target is the pad id [{name}]: pad "
                                           f"targets are not in the loss, so they get no gradient ({sec})",
                   at("dlogits"), shown_from=2)
+    elif eid == "12.3":
+        d = got.get(f"{pre}c{i}.dlogits")
+        if d is not None and d.shape == case.inputs["logits"].shape:
+            sums = np.abs(d.sum(-1)).max(initial=0.0)
+            g.require(sums < 1e-10 * max(1.0, np.abs(d).max()),
+                      f"rows of dlogits do not sum to 0 (largest |row sum| {sums:.1e}) [{name}]: as in lesson 2, adding "
+                      f"a constant to a row of logits changes no probability ({sec})", at("dlogits"),
+                      formula=hints.formula(eid, "row sums"), shown_from=2, first=True)
     elif eid == "3.1":
         d = got.get(f"{pre}c{i}.dW")
         if d is not None and case.static["pad_id"] is not None:
@@ -451,22 +459,142 @@ def judge_bleu(g: Grader, eid: str, got: dict, exp: dict) -> None:
             g.close(got, f"r{i}.{key}", key, exp[f"r{i}.{key}"], 0.0, case)
 
 
+def _layer_gradients(g: Grader, eid: str, got: dict, exp: dict, i: int, case: str, inputs=("dx",)) -> None:
+    """A whole layer's gradients in case ``i``, one entry each: the inputs' (``dx``) and every parameter's."""
+    keys = sorted(k for k in exp if k.startswith(f"c{i}.d"))
+    names = {key: key.split(".", 1)[1] for key in keys}
+    labels = {key: n if n in inputs else f"gradient of {n[1:]}" for key, n in names.items()}
+    if f"c{i}.count" in got:  # backward returned the wrong number of values: nothing to compare
+        for key in keys:
+            g.fail(f"{g.exercise.function.split(', ')[-1]} returned {int(got[f'c{i}.count'])} value(s), expected "
+                   f"{len(inputs)}: {', '.join(inputs)} [{case}]", g.entry(labels[key], case))
+        return
+    for key in keys:  # gradients of another forward say nothing
+        g.close(got, f"c{i}.out", "the forward's out", exp[f"c{i}.out"], 1e-10, case, relative=True,
+                entry=g.entry(labels[key], case))
+    for key in keys:
+        g.gradient(got, key, labels[key], exp[key], KINK_TOL, case, hints.formula(eid, names[key]))
+
+
 def judge_encoder_layer(g: Grader, eid: str, got: dict, exp: dict) -> None:
     for i, norm_first in enumerate((False, True)):
-        case = f"{'pre' if norm_first else 'post'}-LN, dropout 0.2, padding mask, x (2, 4, 6)"
-        keys = sorted(k for k in exp if k.startswith(f"c{i}.d"))
-        labels = {key: (lambda n: n if n == "dx" else f"gradient of {n[1:]}")(key.split(".", 1)[1]) for key in keys}
-        for key in keys:  # gradients of another forward say nothing
-            g.close(got, f"c{i}.out", "the forward's out", exp[f"c{i}.out"], 1e-10, case, relative=True,
-                    entry=g.entry(labels[key], case))
-        for key in keys:
-            name = key.split(".", 1)[1]
-            g.gradient(got, key, labels[key], exp[key], KINK_TOL, case, hints.formula(eid, name))
+        _layer_gradients(g, eid, got, exp, i, f"{'pre' if norm_first else 'post'}-LN, dropout 0.2, padding mask, "
+                                              "x (2, 4, 6)")
+
+
+# --------------------------------------------------------------------------- #
+# The back half of the course: 7.2, 9.1, 9.2, 11.1, 12.2 (12.3 is a "pair", judged by judge_pair)
+# --------------------------------------------------------------------------- #
+
+def judge_decoder_layer(g: Grader, eid: str, got: dict, exp: dict) -> None:
+    for i, norm_first in enumerate((False, True)):
+        case = (f"{'pre' if norm_first else 'post'}-LN, dropout 0.2, causal + padding masks, x (2, 4, 6), "
+                "memory (2, 5, 6)")
+        _layer_gradients(g, eid, got, exp, i, case, inputs=("dx", "dmemory"))
+
+
+def _token_rows(g: Grader, eid: str, got: dict, exp: dict, key: str, name: str, case: str) -> None:
+    """Decoded token lists against the reference's, one entry per sentence."""
+    a, e = got.get(f"{key}.tokens"), exp[f"{key}.tokens"]
+    lengths, right = got.get(f"{key}.lengths"), exp[f"{key}.lengths"]
+    entries = [g.touch(g.entry(f"{name}, sentence {b}", case)) for b in range(len(e))]
+    if a is None or a.shape != e.shape or lengths is None or lengths.shape != right.shape:
+        for entry in entries:
+            g.fail(f"{name} did not return one token list per sentence ({len(right)} sentences) [{case}]", entry)
+        return
+    for b in range(len(e)):
+        if not np.array_equal(a[b], e[b]) or lengths[b] != right[b]:
+            first = int(np.argmax(a[b] != e[b])) if not np.array_equal(a[b], e[b]) else int(min(lengths[b], right[b]))
+            g.fail(f"{name}, sentence {b}: {a[b][a[b] >= 0].tolist()} (length {int(lengths[b])}), expected "
+                   f"{e[b][e[b] >= 0].tolist()} (length {int(right[b])}); first difference at step {first} [{case}]",
+                   entries[b], formula=g._formula(name, hints.formula(eid, "tokens")))
+    g.record("tokens different", 0.0, 0.0)
+
+
+def judge_greedy(g: Grader, eid: str, got: dict, exp: dict) -> None:
+    for i, (max_len, use_cache) in enumerate(trusted.GREEDY_RUNS):
+        case = f"{len(exp[f'c{i}.lengths'])} sentences, max_len {max_len}, use_cache {use_cache}"
+        _token_rows(g, eid, got, exp, f"c{i}", "greedy_decode", case)
+
+
+def judge_beam(g: Grader, eid: str, got: dict, exp: dict) -> None:
+    for i, (max_len, K, alpha) in enumerate(trusted.BEAM_RUNS):
+        case = f"{len(exp[f'c{i}.lengths'])} sentences, max_len {max_len}, beam_size {K}, length_penalty {alpha}"
+        _token_rows(g, eid, got, exp, f"c{i}", "beam_search", case)
+
+
+def judge_seeds(g: Grader, eid: str, got: dict, exp: dict) -> None:
+    for i, seeds in enumerate(trusted.SEED_LISTS):
+        case = f"{len(seeds)} seeds"
+        at_values, at_std, at_interval = (g.entry(n, case) for n in ("values", "std", "interval (low, high)"))
+        calls = got.get(f"c{i}.calls")
+        g.require(calls is not None and calls.tolist() == list(seeds),
+                  f"train was called with seeds {None if calls is None else calls.tolist()}, expected each of "
+                  f"{list(seeds)} once, in order [{case}]", at_values)
+        g.close(got, f"c{i}.values", "values", exp[f"c{i}.values"], 0.0, case, hint=hints.formula(eid, "values"))
+        g.close(got, f"c{i}.mean", "mean", exp[f"c{i}.mean"], 1e-12, case, relative=True)
+        values = np.asarray(exp[f"c{i}.values"])
+        std = got.get(f"c{i}.std")
+        if std is not None and std.shape == () and abs(std - values.std()) < 1e-12 * values.std():
+            g.fail(f"std is the population standard deviation (divided by n) [{case}]", at_std,
+                   "over a few seeds the sample standard deviation is the unbiased one "
+                   f"({g.exercise.section})", hints.formula(eid, "std"), shown_from=2, first=True)
+        g.close(got, f"c{i}.std", "std", exp[f"c{i}.std"], 1e-12, case, relative=True, hint=hints.formula(eid, "std"))
+        g.close(got, f"c{i}.sem", "sem", exp[f"c{i}.sem"], 1e-12, case, relative=True, hint=hints.formula(eid, "sem"))
+        low, high, mean = got.get(f"c{i}.low"), got.get(f"c{i}.high"), got.get(f"c{i}.mean")
+        if low is not None and high is not None and mean is not None and low.shape == high.shape == mean.shape == ():
+            g.require(low <= mean <= high and abs((mean - low) - (high - mean)) <= 1e-12 * max(1.0, abs(mean)),
+                      f"the interval [{float(low):.6g}, {float(high):.6g}] is not centred on the mean "
+                      f"{float(mean):.6g} [{case}]", at_interval)
+        for key in ("low", "high"):
+            g.close(got, f"c{i}.{key}", key, exp[f"c{i}.{key}"], 1e-12, case, relative=True,
+                    hint=hints.formula(eid, "interval"), entry=at_interval)
+
+
+def judge_sampling(g: Grader, eid: str, got: dict, exp: dict) -> None:
+    for i, (z, temperature, top_k, top_p) in enumerate(trusted.sampling_cases()):
+        case = f"logits {np.round(z, 2).tolist()}, temperature {temperature}, top_k {top_k}, top_p {top_p}"
+        g.close(got, f"c{i}.probs", "next_token_probs", exp[f"c{i}.probs"], 1e-12, case,
+                hint=hints.formula(eid, "next_token_probs"))
+    for i, probs in enumerate(trusted.SAMPLE_PROBS):
+        case = f"probs {probs.tolist()}"
+        for key, name in ((f"k{i}", "top_k_filter(probs, 2)"), (f"p{i}", "top_p_filter(probs, 0.6)")):
+            g.close(got, key, name, exp[key], 1e-12, case, hint=hints.formula(eid, name))
+        name = f"{trusted.DRAWS} draws of sample_from"
+        at = g.entry(name, case)
+        draws = g.array(got, f"s{i}.draws", name, (trusted.DRAWS,), case, at)
+        if draws is None:
+            continue
+        if not g.require(np.all((draws >= 0) & (draws < probs.size) & (draws == np.round(draws))),
+                         f"sample_from returned something other than an id in [0, {probs.size}) [{case}]", at):
+            continue
+        counts = np.bincount(draws.astype(np.int64), minlength=probs.size)
+        g.require(np.all(counts[probs == 0] == 0), f"sample_from drew an id of probability 0 "
+                                                   f"({np.flatnonzero((probs == 0) & (counts > 0)).tolist()}) [{case}]",
+                  at)
+        # With a fixed generator the counts are fixed too; 5 binomial standard deviations is far beyond chance.
+        n = trusted.DRAWS
+        sd = np.sqrt(n * probs * (1 - probs))
+        worst = int(np.argmax(np.abs(counts - n * probs) - 5 * sd))
+        g.require(np.all(np.abs(counts - n * probs) <= 5 * sd + 1),
+                  f"sample_from drew id {worst} {counts[worst]} times in {n}, expected about {n * probs[worst]:.0f} "
+                  f"(5 standard deviations: {5 * sd[worst]:.0f}) [{case}]: draw each id with its probability", at,
+                  formula=g._formula(name, hints.formula(eid, "draws")))
+        g.record("frequency deviation (in standard deviations)",
+                 float(np.max(np.abs(counts - n * probs) / np.maximum(sd, 1e-300), where=sd > 0, initial=0.0)), 5.0)
+        g.require(np.array_equal(got.get(f"s{i}.again"), draws[:20]),
+                  f"sample_from gave other ids from a generator of the same seed [{case}]: draw with rng, the "
+                  f"generator passed in, and nothing else", at)
+
+
+JUDGES_MORE: Dict[str, Callable[[Grader, str, dict, dict], None]] = {
+    "decoder_layer": judge_decoder_layer, "greedy": judge_greedy, "beam": judge_beam, "seeds": judge_seeds,
+    "sampling": judge_sampling}
 
 
 JUDGES: Dict[str, Callable[[Grader, str, dict, dict], None]] = {
     "pair": judge_pair, "table": judge_table, "attention": judge_attention, "heads": judge_heads, "noam": judge_noam,
-    "adam": judge_adam, "clip": judge_clip, "bleu": judge_bleu, "encoder_layer": judge_encoder_layer}
+    "adam": judge_adam, "clip": judge_clip, "bleu": judge_bleu, "encoder_layer": judge_encoder_layer, **JUDGES_MORE}
 
 
 # --------------------------------------------------------------------------- #

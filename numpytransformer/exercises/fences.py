@@ -24,6 +24,14 @@ part, one comment saying which exercise the code was). In a markdown cell,
 ``<!-- BEGIN SOLUTION 1.1 -->`` ... ``<!-- END SOLUTION -->`` becomes one sentence naming
 the exercise: the derivation and the equations stay, the code that restates them goes.
 ``build --solved 1.1,4.1`` keeps chosen solutions, for a student who is stuck.
+
+Students derive what they are graded on. A lesson cell that hands over a graded derivation
+carries the tag ``solution`` and, in ``metadata["solution"]``, the exercise id and the
+``student`` source that replaces it in the student edition: the questions that lead through
+the derivation, or code that leaves the derived expression to the student (the check cells
+after it stay). In the library, a docstring block opened by ``.. solution-only::`` (the
+formula a backward computes) is dropped from the student edition, with everything indented
+under it. ``build --guided`` makes a gentler edition that keeps both.
 """
 from __future__ import annotations
 
@@ -39,7 +47,8 @@ from .catalog import BY_ID, EXERCISES, check_command
 
 __all__ = ["Fence", "FenceError", "BuildError", "parse_fences", "library_fences", "placeholder",
            "replace_fences", "enclosing_function", "build_edition", "exercises_markdown", "NotebookFence",
-           "notebook_fences", "cut_notebook", "keep_fences", "function_source", "function_span", "release"]
+           "notebook_fences", "cut_notebook", "keep_fences", "hide_derivations", "strip_solution_only",
+           "SOLUTION_ONLY", "function_source", "function_span", "release"]
 
 _BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION (?P<id>\d+\.\d+): (?P<title>\S.*?)\s*$")
 _END = re.compile(r"^(?P<indent>[ \t]*)### END SOLUTION\s*$")
@@ -273,6 +282,54 @@ def cut_notebook(nb: dict, path: str = "<notebook>", keep=()) -> int:
     return cut
 
 
+SOLUTION_ONLY = ".. solution-only::"
+_SOLUTION_ONLY = re.compile(r"^(?P<indent>[ \t]*)\.\. solution-only::\s*$")
+
+
+def strip_solution_only(text: str) -> str:
+    """``text`` without its ``.. solution-only::`` blocks: the marker line and every line under it that is
+    blank or indented deeper, up to the first line that is not."""
+    lines, out, skip = text.splitlines(keepends=True), [], None
+    for line in lines:
+        if skip is not None:
+            if not line.strip() or len(line) - len(line.lstrip()) > skip:
+                continue
+            skip = None
+        m = _SOLUTION_ONLY.match(line)
+        if m:
+            skip = len(m["indent"])
+            while out and not out[-1].strip():  # the blank line before the block goes with it
+                out.pop()
+            out.append("\n")
+            continue
+        out.append(line)
+    return "".join(out)
+
+
+def hide_derivations(nb: dict, path: str = "<notebook>", keep=()) -> int:
+    """Replace (in place) each cell tagged ``solution`` by its ``student`` source, except those of the
+    exercises in ``keep``; returns how many were replaced. The tag and the metadata go in both cases."""
+    hidden = 0
+    for c, cell in enumerate(nb.get("cells", [])):
+        meta = cell.get("metadata", {})
+        if "solution" not in meta.get("tags", []):
+            continue
+        spec = meta.get("solution")
+        if not isinstance(spec, dict) or spec.get("exercise") not in BY_ID or not isinstance(spec.get("student"), str):
+            raise BuildError(f"{path} cell {c}: a cell tagged 'solution' needs metadata solution = "
+                             "{'exercise': <an exercise id>, 'student': <the source the student edition shows>}")
+        if spec["exercise"] not in keep:
+            cell["source"] = spec["student"]
+            if cell.get("cell_type") == "code":
+                cell["outputs"], cell["execution_count"] = [], None
+            hidden += 1
+        del meta["solution"]
+        meta["tags"] = [t for t in meta["tags"] if t != "solution"]
+        if not meta["tags"]:
+            del meta["tags"]
+    return hidden
+
+
 def _check_against_catalog(fences: List[Fence]) -> None:
     found: Dict[str, List[Fence]] = {}
     for f in fences:
@@ -310,14 +367,16 @@ def _write_notebook(path: Path, nb: dict) -> None:
     path.write_text(json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def build_edition(out_dir, pkg: Optional[Path] = None, solved=()) -> List[Fence]:
+def build_edition(out_dir, pkg: Optional[Path] = None, solved=(), guided: bool = False) -> List[Fence]:
     """Copy the repository to ``out_dir`` with every fence cut out; returns the library fences.
 
-    Copies the package, ``lessons/`` and the files in ``_EXTRA_FILES`` that exist, cuts
+    Copies the package, ``lessons/``, ``docs/`` and the files in ``_EXTRA_FILES`` that exist, cuts
     the fences of the library and of the notebooks (except those of ``solved``, a list
     or a comma-separated string of exercise ids), stores the grader's reference values
     (``exercises/reference.npz``, numbers computed by this library) and writes
-    ``EXERCISES.md``. ``out_dir`` must not exist or be empty.
+    ``EXERCISES.md``. The derivations that exercises grade (tagged lesson cells, ``..
+    solution-only::`` docstring blocks) are hidden too, unless ``guided`` (or their exercise
+    is in ``solved``). ``out_dir`` must not exist or be empty.
     """
     pkg = package_dir() if pkg is None else Path(pkg).resolve()
     root = pkg.parent
@@ -331,7 +390,7 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=()) -> List[Fence]
         raise BuildError(f"OUT_DIR {str(out)!r} is a file; give a new or empty directory")
     if exists and any(out.iterdir()):
         raise BuildError(f"OUT_DIR {str(out)!r} is not empty; give a new or empty directory")
-    for inside in (pkg, root / "lessons"):
+    for inside in (pkg, root / "lessons", root / "docs"):
         if out.resolve() == inside or inside in out.resolve().parents:
             raise BuildError(f"OUT_DIR {str(out)!r} lies inside {inside}, which is copied; choose another place")
     try:
@@ -341,6 +400,7 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=()) -> List[Fence]
             for f in notebook_fences(nb, p.name):
                 if f.id not in BY_ID:
                     raise BuildError(f"{p.name} cell {f.cell}: fence {f.id} is not a known exercise")
+            hide_derivations(json.loads(json.dumps(nb)), p.name)  # a malformed tag stops the build here
     except FenceError as e:
         raise BuildError(f"malformed fence: {e}") from None
     _check_against_catalog(fences)
@@ -352,6 +412,8 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=()) -> List[Fence]
     shutil.copytree(pkg, out / pkg.name, ignore=_IGNORE)
     if (root / "lessons").is_dir():
         shutil.copytree(root / "lessons", out / "lessons", ignore=_IGNORE)
+    if (root / "docs").is_dir():  # the pages the README links to
+        shutil.copytree(root / "docs", out / "docs", ignore=_IGNORE)
     for name in _EXTRA_FILES:
         if (root / name).is_file():
             (out / name).parent.mkdir(parents=True, exist_ok=True)
@@ -373,13 +435,21 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=()) -> List[Fence]
     from .hints import STUDENT_EDITION  # the formula-level hints reach students through the teacher's grader only
 
     (out / pkg.name / "exercises" / "hints.py").write_text(STUDENT_EDITION, encoding="utf-8")
+    if not guided:
+        for path in sorted((out / pkg.name).rglob("*.py")):
+            if "exercises" not in path.relative_to(out / pkg.name).parts:
+                text = path.read_text(encoding="utf-8")
+                if SOLUTION_ONLY in text:
+                    path.write_text(strip_solution_only(text), encoding="utf-8")
     for p, nb in notebooks.items():
+        hide_derivations(nb, p.name, set(BY_ID) if guided else keep)
         cut_notebook(nb, p.name, keep)
         _write_notebook(out / "lessons" / p.name, nb)
     from .reference import write_reference_file  # the teacher's library computes what students are compared with
 
     write_reference_file(out / pkg.name / "exercises" / "reference.npz", [e.id for e in EXERCISES])
-    (out / "EXERCISES.md").write_text(exercises_markdown(sorted(keep, key=list(BY_ID).index)), encoding="utf-8")
+    (out / "EXERCISES.md").write_text(exercises_markdown(sorted(keep, key=list(BY_ID).index), guided),
+                                      encoding="utf-8")
     return fences
 
 
@@ -437,7 +507,8 @@ def release(ids, student_dir, pkg: Optional[Path] = None) -> List[str]:
             except (KeyError, SyntaxError) as e:
                 raise BuildError(f"{target}: cannot find {qualname} in the student's file ({e})") from None
             indent = lines[first - 1][:len(lines[first - 1]) - len(lines[first - 1].lstrip())]
-            reference = [line for line in function_source(source, qualname).splitlines()
+            # As the student edition prints it: no fence lines, no solution-only docstring block.
+            reference = [line for line in strip_solution_only(function_source(source, qualname)).splitlines()
                          if not (_BEGIN.match(line) or _END.match(line))]
             lines[first - 1:last] = [(indent + line if line.strip() else "") + newline for line in reference]
             done.append(f"{fence.id}: {fence.path} {qualname}, the student's version replaced by the solution")
@@ -453,8 +524,15 @@ def release(ids, student_dir, pkg: Optional[Path] = None) -> List[str]:
     return done
 
 
-def exercises_markdown(solved: Sequence[str] = ()) -> str:
+def exercises_markdown(solved: Sequence[str] = (), guided: bool = False) -> str:
     """EXERCISES.md of a student edition: the exercises and how a class works with them."""
+    derive = ("This is the guided edition: the lessons show every derivation, and the docstrings say how "
+              "each gradient was derived; the few cells that restated a solution in code now say which "
+              "exercise it is." if guided else
+              "The derivations are yours: where a lesson derived a result that an exercise grades, this "
+              "edition asks the questions that lead through it instead (what is the derivative of this step? "
+              "which property must the result have?), and the check cells after them test your answer. The "
+              "cells that restated a solution in code now say which exercise it is.")
     rows = "\n".join(
         f"| {e.id}{' (released)' if e.id in solved else ''} | {e.lesson} | `{e.file}` | `{e.function}` | {e.title} | {e.difficulty} | {e.minutes} min | "
         f"{e.points} | {', '.join(e.needs) or '-'} | `{check_command(e.id)}` |"
@@ -471,11 +549,9 @@ the {len(EXERCISES)} pieces of code listed below have been cut out: each one is 
     raise NotImplementedError("Exercise 4.2: ... (lesson 4; check: python -m numpytransformer.exercises check 4.2)")
 
 Your job is to replace each such line with code that computes what the message says.
-The lessons (`lessons/`) derive every formula you need, and the docstring of each
-function states its equation, its shapes and how its gradient was derived. Code after
-the `raise` line (often the `return`) stays: it shows the names you must define. The
-lessons keep every derivation and equation; the few cells that restated a solution in
-code now say which exercise it is.
+The docstring of each function states its contract: its shapes, what it returns and
+the forward's equation. Code after the `raise` line (often the `return`) stays: it shows
+the names you must define. {derive}
 {released}
 ## Working on an exercise
 
@@ -519,7 +595,8 @@ is 0 only when every selected exercise passed.
 
 * The teacher builds this folder from the full repository with
   `python -m numpytransformer.exercises build OUT_DIR` and hands it out
-  (`--solved 4.1,4.2` keeps chosen solutions, for a student stuck on them).
+  (`--solved 4.1,4.2` keeps chosen solutions, for a student stuck on them; `--guided` builds
+  a gentler edition whose lessons and docstrings keep the derivations).
 * Students work through the lessons in order (`jupyter lab lessons/`). The notebooks
   call the library, so a lesson's cells that use an exercise's function fail with its
   NotImplementedError until the exercise is done; implement it, re-run the check, then

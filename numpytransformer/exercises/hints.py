@@ -47,6 +47,10 @@ FORMULAS: Dict[str, Dict[str, str]] = {
     "6.2": {"dx": "back through W2, then the ReLU's mask, then W1", "db1": "db1 is taken after the ReLU's mask"},
     "7.1": {"dx": "back through sub2 with the FFN's backward, then sub1 with self-attention's; each Residual adds "
                   "its input's gradient to the sublayer's"},
+    "7.2": {"dx": "post-LN: back through the LayerNorm first, then the residual and the sublayer's gradients add; "
+                  "pre-LN: dout reaches x unchanged, plus the LayerNorm's backward of the sublayer's gradient",
+            "dmemory": "the memory reaches the layer only through cross-attention's keys and values, so its gradient "
+                       "is what the cross-attention sublayer's backward hands back beside dx"},
     "8.1": {"lr(step)": "lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step 0 counted as 1"},
     "8.2": {"update": "m_hat = m / (1 - b1^t), v_hat = v / (1 - b2^t), p -= lr * m_hat / (sqrt(v_hat) + eps)",
             "m": "self.m holds the first moment b1 * m + (1 - b1) * g, not bias-corrected",
@@ -55,6 +59,26 @@ FORMULAS: Dict[str, Dict[str, str]] = {
             "grads": "every gradient is scaled by the same max_norm / norm, and only if norm > max_norm"},
     "10.1": {"correct": "each n-gram matches at most as often as it occurs in the one reference where it is most "
                         "frequent"},
+    "9.1": {"tokens": "with use_cache feed only the last token, at position t, and the cache keeps the prefix; "
+                      "without it feed the whole prefix; take the argmax of the last position's logits; a sentence "
+                      "that produced EOS goes on with EOS and stops counting; stop when every sentence is done"},
+    "9.2": {"tokens": "a finished beam extends only with EOS at no cost; the K best of the K*V candidates give each "
+                      "new beam its parent (index // V) and token (index % V); lengths count tokens before EOS; every "
+                      "layer's cache, 'k' and 'v', is reordered by the parents"},
+    "11.1": {"values": "one value per seed, train(seed) for each seed in the order given",
+             "std": "std = sqrt(sum((v - mean)^2) / (n - 1)), NumPy's std with ddof=1",
+             "sem": "the standard error of the mean is std / sqrt(n)",
+             "interval": "mean -/+ t_quantile(n - 1) * sem: Student's t, not the normal's 1.96, for few seeds"},
+    "12.2": {"next_token_probs": "p_i proportional to exp(z_i / tau) (temperature 0: all mass on the argmax), then "
+                                 "the top-k cut, then the top-p cut, each renormalised; ties go to the lower id",
+             "top_k_filter(probs, 2)": "keep the k largest probabilities (ties to the lower id), zero the rest, "
+                                       "renormalise",
+             "top_p_filter(probs, 0.6)": "rank by probability; keep a token while the mass ranked above it is below "
+                                         "p (the most likely one is always kept), then renormalise",
+             "draws": "u = rng.random() once per draw; return the first id whose cumulative probability exceeds u"},
+    "12.3": {"dlogits": "the softmax cross-entropy gradient of lesson 2 at every position, (p - onehot(next id)) "
+                        "/ (B T), times dloss",
+             "row sums": "p and the one-hot of the next id are both distributions: is the -1 at the target missing?"},
     "12.1": {"dx": "the addition hands dout through: dx = dout",
              "dP": "dP[offset + t] = dout[:, t] summed over the batch; rows the forward did not read are 0"},
 }

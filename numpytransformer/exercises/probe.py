@@ -217,10 +217,149 @@ PROBE_KINDS = {"pair": probe_pair, "table": probe_table, "attention": probe_atte
                "encoder_layer": probe_encoder_layer}
 
 
+# ---- the back half: 7.2, 9.1, 9.2, 11.1, 12.2 (12.3 is a "pair") ---------------------------
+def build_decoder_layer(lib, norm_first: bool):
+    """The library's DecoderLayer with the check's parameters, in training mode (dropout on)."""
+    spec = trusted.DECODER_LAYER
+    init_rng, drop_rng = lib("models").make_rngs(spec["seed"])
+    layer = lib("layers").DecoderLayer(spec["d_model"], spec["n_heads"], spec["d_ff"], spec["dropout"], init_rng,
+                                       drop_rng, norm_first=norm_first).train()
+    params = layer.parameters()
+    for name, value in trusted.layer_params([(n, p.shape) for n, p in params.items()], spec["param_seed"]).items():
+        params[name][...] = value
+    return layer
+
+
+def probe_decoder_layer(lib, module, names, exercise_id) -> dict:
+    out = {}
+    x, memory, self_mask, memory_mask = trusted.decoder_layer_inputs()
+    for i, norm_first in enumerate((False, True)):
+        layer = build_decoder_layer(lib, norm_first)
+        y = layer.forward(x.copy(), memory.copy(), self_mask, memory_mask)
+        put(out, f"c{i}.out", y)
+        layer.zero_grad()
+        grads = layer.backward(trusted.rng(trusted.DECODER_LAYER["dout_seed"]).standard_normal(np.shape(y)))
+        if not isinstance(grads, tuple) or len(grads) != 2:
+            out[f"c{i}.count"] = np.array(len(grads) if isinstance(grads, tuple) else 1)
+            continue
+        put(out, f"c{i}.dx", grads[0])
+        put(out, f"c{i}.dmemory", grads[1])
+        for name, g in layer.gradients().items():
+            put(out, f"c{i}.d{name}", g)
+    return out
+
+
+def decoding_model(lib):
+    """A stand-in for the library's Transformer whose logits the grader fixes (trusted.decoding_logits).
+
+    It reads the prefix from the caches it is handed: each layer's cache holds the ids decoded
+    so far under "k" and "v", so a step that forgets a cache, or reorders one and not the
+    other, reads the wrong prefix.
+    """
+    spec, tables = trusted.DECODING, trusted.decoding_tables()
+    cfg = lib("config").TransformerConfig(src_vocab_size=spec["src_vocab_size"], tgt_vocab_size=spec["tgt_vocab_size"],
+                                          d_model=spec["width"], n_heads=1, n_layers=spec["n_layers"], d_ff=4,
+                                          max_len=spec["max_len"], dropout=0.0)
+
+    class StandIn(lib("models").Transformer):
+        def __init__(self):  # no layers: only what decoding reads
+            self.cfg, self.training = cfg, True
+
+        def train(self, mode=True):
+            self.training = mode
+            return self
+
+        def eval(self):
+            return self.train(False)
+
+        def encode(self, src):
+            src = np.asarray(src)
+            memory = tables["src"][src].sum(axis=1) * (src != cfg.pad_id).any(axis=1, keepdims=True)
+            return memory[:, None, :], (src != cfg.pad_id)[:, None, None, :]  # (B, 1, d), (B, 1, 1, S)
+
+        def _decode(self, tgt_in, memory, src_mask):
+            T = tgt_in.shape[1]
+            return np.stack([trusted.decoding_logits(tables, tgt_in[:, :t + 1], memory[:, 0]) for t in range(T)], 1)
+
+        def _decode_step(self, tokens, memory, src_mask, kv_caches, position):
+            for cache in kv_caches:
+                store = cache["self"]
+                if position == 0:
+                    for part in ("k", "v"):
+                        store[part] = np.zeros((tokens.shape[0], store["room"]), dtype=np.int64)
+                for part in ("k", "v"):
+                    store[part][:, position] = tokens[:, 0]
+            prefixes = [cache["self"][part][:, :position + 1] for cache in kv_caches for part in ("k", "v")]
+            logits = trusted.decoding_logits(tables, prefixes[0], memory[:, 0])
+            for other in prefixes[1:]:  # any cache that disagrees adds its own, different, logits
+                logits = np.where((other == prefixes[0]).all(axis=1, keepdims=True), logits,
+                                  trusted.decoding_logits(tables, other, memory[:, 0]))
+            return logits[:, None, :]
+
+    return StandIn()
+
+
+def probe_greedy(lib, module, names, exercise_id) -> dict:
+    greedy_decode = getattr(lib(module), names[0])
+    model, src, out = decoding_model(lib), trusted.decoding_sources(), {}
+    for i, (max_len, use_cache) in enumerate(trusted.GREEDY_RUNS):
+        ys = greedy_decode(model, src.copy(), max_len, use_cache=use_cache)
+        out[f"c{i}.lengths"] = np.array([len(y) for y in ys])
+        out[f"c{i}.tokens"] = trusted.pad_lists(ys, max_len)
+    return out
+
+
+def probe_beam(lib, module, names, exercise_id) -> dict:
+    beam_search = getattr(lib(module), names[0])
+    model, src, out = decoding_model(lib), trusted.decoding_sources(), {}
+    for i, (max_len, K, alpha) in enumerate(trusted.BEAM_RUNS):
+        ys = beam_search(model, src.copy(), max_len, beam_size=K, length_penalty=alpha)
+        out[f"c{i}.lengths"] = np.array([len(y) for y in ys])
+        out[f"c{i}.tokens"] = trusted.pad_lists(ys, max_len)
+    return out
+
+
+def probe_seeds(lib, module, names, exercise_id) -> dict:
+    over_seeds = getattr(lib(module), names[0])
+    out = {}
+    for i, seeds in enumerate(trusted.SEED_LISTS):
+        calls = []
+
+        def train(seed):
+            calls.append(seed)
+            return trusted.fake_training(seed)
+
+        summary = over_seeds(train, list(seeds))
+        out[f"c{i}.calls"] = np.array(calls, dtype=np.int64)
+        for field in ("values", "mean", "std", "sem", "low", "high"):
+            put(out, f"c{i}.{field}", getattr(summary, field, None))
+    return out
+
+
+def probe_sampling(lib, module, names, exercise_id) -> dict:
+    next_token_probs, top_k_filter, top_p_filter, sample_from = (getattr(lib(module), n) for n in names)
+    out = {}
+    for i, (z, temperature, top_k, top_p) in enumerate(trusted.sampling_cases()):
+        put(out, f"c{i}.probs", next_token_probs(z.copy(), temperature, top_k, top_p))
+    for i, probs in enumerate(trusted.SAMPLE_PROBS):
+        put(out, f"k{i}", top_k_filter(probs.copy(), 2))
+        put(out, f"p{i}", top_p_filter(probs.copy(), 0.6))
+        gen = trusted.rng(91 + i)  # one generator for every draw, as generate uses it
+        draws = [sample_from(probs.copy(), gen) for _ in range(trusted.DRAWS)]
+        again = trusted.rng(91 + i)
+        put(out, f"s{i}.draws", draws)
+        put(out, f"s{i}.again", [sample_from(probs.copy(), again) for _ in range(20)])
+    return out
+
+
+PROBE_KINDS_MORE = {"decoder_layer": probe_decoder_layer, "greedy": probe_greedy, "beam": probe_beam,
+                    "seeds": probe_seeds, "sampling": probe_sampling}
+
+
 def collect(exercise_id: str, lib) -> dict:
     """Every value the exercise's check judges, computed with ``lib(name)`` -> the module ``name``."""
     kind, module, names = trusted.PROBES[exercise_id]
-    return PROBE_KINDS[kind](lib, module, names, exercise_id)
+    return {**PROBE_KINDS, **PROBE_KINDS_MORE}[kind](lib, module, names, exercise_id)
 
 
 def _load_package(root: Path):

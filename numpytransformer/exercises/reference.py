@@ -61,6 +61,26 @@ def _encoder_layer_gradients(values: dict) -> None:
             values[f"c{i}.d{name}"] = trusted.numerical_gradient(run, p, dout)
 
 
+def _decoder_layer_gradients(values: dict) -> None:
+    """7.2: finite differences of the library's DecoderLayer, its dropout masks replayed."""
+    x, memory, self_mask, memory_mask = trusted.decoder_layer_inputs()
+    for i, norm_first in enumerate((False, True)):
+        layer = probe.build_decoder_layer(_lib, norm_first)
+        gens = {id(m.rng): m.rng for _, m in layer.named_modules() if getattr(m, "rng", None) is not None}
+        states = {k: g.bit_generator.state for k, g in gens.items()}
+
+        def run():
+            for k, g in gens.items():
+                g.bit_generator.state = states[k]
+            return layer.forward(x, memory, self_mask, memory_mask)
+
+        dout = trusted.rng(trusted.DECODER_LAYER["dout_seed"]).standard_normal(np.shape(run()))
+        values[f"c{i}.dx"] = trusted.numerical_gradient(run, x, dout)
+        values[f"c{i}.dmemory"] = trusted.numerical_gradient(run, memory, dout)
+        for name, p in layer.parameters().items():
+            values[f"c{i}.d{name}"] = trusted.numerical_gradient(run, p, dout)
+
+
 def compute(exercise_id: str) -> Dict[str, np.ndarray]:
     """The expected values of one exercise, from this package's own library."""
     values = probe.collect(exercise_id, _lib)
@@ -69,6 +89,8 @@ def compute(exercise_id: str) -> Dict[str, np.ndarray]:
         _pair_gradients(exercise_id, values)
     elif kind == "encoder_layer":
         _encoder_layer_gradients(values)
+    elif kind == "decoder_layer":
+        _decoder_layer_gradients(values)
     return values
 
 

@@ -239,6 +239,8 @@ def pair_cases(exercise_id: str) -> List[Case]:
             c.append(Case(f"x ({B}, {T}, {D}), P ({max_len}, {D}), offset {offset}",
                           {"x": r.standard_normal((B, T, D)), "P": r.standard_normal((max_len, D))},
                           {"offset": offset}, ("x", "P"), SMOOTH_TOL, seed))
+    elif exercise_id in _MORE_PAIRS:
+        c.extend(_MORE_PAIRS[exercise_id]())
     else:
         raise KeyError(f"exercise {exercise_id} is not a forward/backward pair")
     return c
@@ -312,3 +314,120 @@ def encoder_layer_inputs():
     x = rng(ENCODER_LAYER["x_seed"]).standard_normal((2, 4, ENCODER_LAYER["d_model"]))
     mask = (np.array([[1, 2, 3, PAD], [4, 5, PAD, PAD]]) != PAD)[:, None, None, :]
     return x, mask
+
+
+# --------------------------------------------------------------------------- #
+# The back half of the course: exercises 7.2, 9.1, 9.2, 11.1, 12.2 and 12.3
+# --------------------------------------------------------------------------- #
+
+PROBES.update({
+    "7.2": ("decoder_layer", "layers", ("DecoderLayer",)),
+    "9.1": ("greedy", "decoding", ("greedy_decode",)),
+    "9.2": ("beam", "decoding", ("beam_search",)),
+    "11.1": ("seeds", "sweep", ("over_seeds",)),
+    "12.2": ("sampling", "sampling", ("next_token_probs", "top_k_filter", "top_p_filter", "sample_from")),
+    "12.3": ("pair", "lm", ("lm_loss_forward", "lm_loss_backward")),
+})
+
+DECODER_LAYER = dict(d_model=6, n_heads=2, d_ff=10, dropout=0.2, seed=41, param_seed=42, x_seed=43, dout_seed=44)
+
+
+def layer_params(names_shapes, seed: int) -> Dict[str, np.ndarray]:
+    """Parameter values from the names and shapes alone (no zero bias, no unit gain)."""
+    r = rng(seed)
+    return {name: (1.0 + 0.1 * r.standard_normal(shape) if name.endswith("gamma") else 0.4 * r.standard_normal(shape))
+            for name, shape in sorted(names_shapes)}
+
+
+def decoder_layer_inputs():
+    """x (2, 4, 6), memory (2, 5, 6), a causal + padding self mask (2, 1, 4, 4), a source padding mask (2, 1, 1, 5)."""
+    r = rng(DECODER_LAYER["x_seed"])
+    x, memory = r.standard_normal((2, 4, 6)), r.standard_normal((2, 5, 6))
+    tgt = np.array([[1, 2, 3, PAD], [4, 5, PAD, PAD]])
+    src = np.array([[1, 2, 3, 4, PAD], [5, 6, 7, PAD, PAD]])
+    self_mask = np.tril(np.ones((4, 4), dtype=bool))[None, None] & (tgt != PAD)[:, None, None, :]
+    return x, memory, self_mask, (src != PAD)[:, None, None, :]
+
+
+#: 9.1 and 9.2 decode with a stand-in for the encoder-decoder whose logits are a fixed function of the
+#: source and of the prefix it reads from the KV cache (probe.decoding_model): decoding is graded on
+#: its own, and a cache that is not kept or not reordered changes the output.
+DECODING = dict(src_vocab_size=11, tgt_vocab_size=9, width=6, n_layers=2, max_len=12, decay=0.6, seed=80, eos_slope=1.5)
+#: (max_len, use_cache) of the greedy runs; (max_len, beam_size, length_penalty) of the beam runs.
+GREEDY_RUNS = ((9, True), (9, False), (3, True))
+BEAM_RUNS = ((9, 1, 0.0), (9, 3, 0.6), (9, 4, 0.0), (6, 2, 1.0))
+
+
+def decoding_sources() -> np.ndarray:
+    """Six source sentences (6, 7), padded with 0; ids 1..10."""
+    r = rng(DECODING["seed"] + 1)
+    lengths = (7, 5, 3, 6, 1, 4)
+    src = np.zeros((len(lengths), 7), dtype=np.int64)
+    for b, n in enumerate(lengths):
+        src[b, :n] = r.integers(1, DECODING["src_vocab_size"], size=n)
+    return src
+
+
+def decoding_tables() -> Dict[str, np.ndarray]:
+    """The stand-in's weights: token and source embeddings, and the output projection."""
+    r, d, V = rng(DECODING["seed"]), DECODING["width"], DECODING["tgt_vocab_size"]
+    tables = {"tok": r.standard_normal((V, d)), "src": r.standard_normal((DECODING["src_vocab_size"], d)) * 0.5,
+              "W": r.standard_normal((d, V)) * 1.5, "b": r.standard_normal(V) * 0.3}
+    return tables
+
+
+def decoding_logits(tables, prefix: np.ndarray, memory: np.ndarray) -> np.ndarray:
+    """(N, V) logits after the prefix (N, t) of ids: a decaying sum of their embeddings plus the source's;
+    EOS (id 2) grows likelier as the prefix grows."""
+    t = prefix.shape[1]
+    weights = DECODING["decay"] ** np.arange(t - 1, -1, -1)  # the latest id weighs most
+    h = np.tensordot(tables["tok"][prefix], weights, axes=([1], [0])) + memory  # (N, d)
+    logits = np.tanh(h) @ tables["W"] + tables["b"]
+    logits[:, 2] += DECODING["eos_slope"] * (t - 4)
+    return logits
+
+
+def pad_lists(lists, width: int) -> np.ndarray:
+    """Token lists as one int array, padded with -1 (a list longer than ``width`` is cut, its length kept apart)."""
+    out = np.full((len(lists), width), -1, dtype=np.int64)
+    for i, row in enumerate(lists):
+        row = list(row)[:width]
+        out[i, :len(row)] = row
+    return out
+
+
+#: Seed lists for 11.1 (the last one has more than 30 seeds: the interval uses 1.96).
+SEED_LISTS = ((3, 1, 4), (10, 20), tuple(range(7)), tuple(range(100, 135)))
+
+
+def fake_training(seed: int) -> float:
+    """What 11.1's check trains: a made-up test accuracy that depends on the seed alone."""
+    return float(0.8 + 0.05 * rng(1000 + seed).standard_normal())
+
+
+#: 12.2: (logits, temperature, top_k, top_p) of the distributions next_token_probs must give.
+def sampling_cases():
+    r = rng(90)
+    z = r.standard_normal(8) * 2
+    ties = np.array([1.0, 3.0, 3.0, 0.5, 3.0, -1.0])  # three ids share the largest logit
+    return [(z, 1.0, None, None), (z, 0.5, 3, None), (z, 2.0, None, 0.7), (z, 0.8, 5, 0.9), (z, 0.0, None, None),
+            (z, 1.0, None, 1.0), (z, 1.0, 1, None), (ties, 1.0, 2, None), (ties, 1.0, None, 0.5),
+            (np.array([0.0, 1000.0, -1000.0]), 0.01, None, None)]
+
+
+#: 12.2: distributions (probs that sum to 1) that sample_from draws DRAWS ids from, with a fixed generator.
+SAMPLE_PROBS = (np.array([0.5, 0.0, 0.3, 0.2]), np.array([0.05, 0.05, 0.0, 0.6, 0.0, 0.3]), np.array([1.0]),
+                np.full(10, 0.1))
+DRAWS = 4000
+
+
+def _lm_loss_cases() -> List[Case]:
+    out = []
+    for seed, (B, T, V) in ((95, (2, 3, 5)), (96, (1, 4, 7)), (97, (3, 1, 4))):
+        r = rng(seed)
+        out.append(Case(f"logits ({B}, {T}, {V}), ids ({B}, {T + 1})", {"logits": r.standard_normal((B, T, V)) * 2},
+                        {"ids": r.integers(0, V, size=(B, T + 1))}, ("logits",), SMOOTH_TOL, seed))
+    return out
+
+
+_MORE_PAIRS = {"12.3": _lm_loss_cases}

@@ -1,7 +1,7 @@
 """The Task interface: everything the trainer and the command line need from a task.
 
 A task glues data, a model and a measure of success together. The trainer calls only
-``train_batches``, ``train_step_loss``, ``input_tokens``, ``validate``, ``to_dict``,
+``train_batches``, ``shard``, ``train_step_loss``, ``target_count``, ``input_tokens``, ``validate``, ``to_dict``,
 ``data_summary`` and the class attributes; the command line adds ``recipe``,
 ``build_model``, ``test_report``, ``evaluate``, ``check_input``, ``predict``, ``attention``, ``generate``
 and :func:`task_from_dict`.
@@ -63,7 +63,8 @@ class Task(ABC):
     @classmethod
     @abstractmethod
     def recipe(cls, data) -> Tuple[ModelSettings, "TrainConfig"]:  # noqa: F821
-        """The default model and training settings for ``data`` (measured in benchmarks/RESULTS.md)."""
+        """The default model and training settings for ``data``. A recipe fixes its number of updates,
+        not a time budget, so that its result does not depend on the machine's speed."""
 
     def build_state(self) -> dict:
         """What is learned from the training data before training (vocabularies); JSON."""
@@ -101,6 +102,18 @@ class Task(ABC):
                                       label_smoothing=label_smoothing)
         counted = targets.size if self.target_pad is None else int((targets != self.target_pad).sum())
         return loss, counted, dlogits
+
+    def target_count(self, batch) -> int:
+        """The targets whose mean loss :meth:`train_step_loss` differentiates: the non-pad ones."""
+        targets = self.batch_arrays(batch)[1]
+        return targets.size if self.target_pad is None else int((targets != self.target_pad).sum())
+
+    def shard(self, batch, rank: int, size: int):
+        """Rank ``rank``'s share of a training batch split among ``size`` ranks for data-parallel
+        training: its rows ``rank * B // size`` to ``(rank + 1) * B // size``; None when that is
+        none (a batch of fewer rows than ranks)."""
+        lo, hi = rank * len(batch) // size, (rank + 1) * len(batch) // size
+        return batch[lo:hi] if hi > lo else None
 
     def input_tokens(self, batch) -> int:
         """Tokens the model reads in a batch, for a task whose :attr:`count_unit` is something

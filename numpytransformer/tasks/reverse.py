@@ -18,7 +18,7 @@ import numpy as np
 
 from ..config import TransformerConfig
 from ..datasets.batching import pad_batch, teacher_forcing
-from ..datasets.reverse import ReverseTask, fresh_sequences, short_lengths, training_splits
+from ..datasets.reverse import SymbolSequences, fresh_sequences, short_lengths, training_splits
 from ..decoding import beam_search, greedy_decode
 from ..errors import NumpyTransformerError
 from ..metrics import sequence_metrics
@@ -68,17 +68,16 @@ class ReversalTask(Task):
 
     @classmethod
     def recipe(cls, data: ReverseData):
-        # Measured in benchmarks/RESULTS.md: pre-LN and a Noam factor of 0.15 learn fast; the
-        # rate falling to 0 over the last 30% of the updates ends the epoch-to-epoch swing of
-        # exact match (0.99-1.0 without it; 1.0 at each of the last epochs with it); 9 epochs take
-        # 2.5 minutes on the idle 2-core machine.
+        # Pre-LN and a Noam factor of 0.15 learn fast; the rate falling to 0 over the last 30%
+        # of the updates ends the epoch-to-epoch swing of exact match, so the last epochs are
+        # as good as the best one.
         model = ModelSettings(d_model=64, n_heads=4, n_layers=2, d_ff=256, dropout=0.0, norm="pre")
         return model, TrainConfig(epochs=9, lr_factor=0.15, warmup=100, label_smoothing=0.1, clip_norm=1.0,
                                   log_every=200, cooldown=0.3)
 
     def __init__(self, data, model, data_dir=None, state=None):
         super().__init__(data, model, data_dir, state)
-        self.spec = ReverseTask(data.n_symbols, data.min_len, data.max_len)
+        self.spec = SymbolSequences(data.n_symbols, data.min_len, data.max_len)
         self.searches = data.formulation == "seq2seq"  # the tagger reads its output off: no --beam
 
     # ---- data -----------------------------------------------------------------------
