@@ -123,6 +123,43 @@ def test_without_the_reference_code_swapped_in_the_bug_would_cost_more(complete,
     assert 0 < result.score < BY_ID["6.2"].points  # partial: dx and the biases are still right
 
 
+def test_every_check_names_its_cases():
+    """Every exercise is scored by named entries (a tensor or quantity in a case), none lumped together."""
+    from numpytransformer.exercises import reference
+
+    for e in EXERCISES:
+        exp = reference.expected(e.id)
+        entries = list(checks._judge(e.id, exp, exp, 3).entries)
+        assert checks.OTHER not in entries and len(entries) >= 2, (e.id, entries)
+        assert all(entry.endswith("]") and " [" in entry for entry in entries), (e.id, entries)
+
+
+def _mistake(tmp_path: Path, exercise_id: str, old: str, new: str) -> Path:
+    """A complete student folder whose ``exercise_id`` has ``old`` replaced by ``new``."""
+    folder = tmp_path / exercise_id
+    build_edition(folder, solved=[exercise_id])
+    _replace(folder / BY_ID[exercise_id].file, old, new)
+    return folder
+
+
+@pytest.mark.parametrize("exercise_id, old, new, failing, passing", [
+    ("7.2", "dx = dout + self.norm.backward(dsub)", "dx = self.norm.backward(dsub)", "[pre-LN", "[post-LN"),
+    ("9.2", "lengths = np.take_along_axis(lengths, beam, axis=1) + ~was_finished",
+     "lengths = np.take_along_axis(lengths, beam, axis=1) + 1", "beam_search, sentence ", "beam_size 1,"),
+    ("11.1", "std = values.std(ddof=1)", "std = values.std()", "std [", "mean ["),
+    ("12.2", "    u = rng.random()\n", "    u = 0.5\n", "draws of sample_from [", "next_token_probs ["),
+])
+def test_the_back_half_earns_partial_credit_by_case(tmp_path, exercise_id, old, new, failing, passing):
+    """A typical mistake in a new exercise fails the cases it breaks, each named, and no more: what the
+    exercise needs runs as the reference's, and the cases the mistake leaves right keep their share."""
+    result = checks.run_check(exercise_id, _mistake(tmp_path, exercise_id, old, new), salt=5)
+    failed = [entry for entry, passed, _ in result.cases if not passed]
+    assert result.status == "failed" and any(failing in entry for entry in failed), result.cases
+    kept = [passed for entry, passed, _ in result.cases if passing in entry]
+    assert kept and all(kept), result.cases
+    assert 0 < result.score < BY_ID[exercise_id].points, result.score
+
+
 def test_a_file_that_does_not_compile_costs_only_the_exercises_in_it(complete, tmp_path):
     folder = tmp_path / "student"
     shutil.copytree(complete, folder)

@@ -353,9 +353,11 @@ def decoder_layer_inputs():
 #: source and of the prefix it reads from the KV cache (probe.decoding_model): decoding is graded on
 #: its own, and a cache that is not kept or not reordered changes the output.
 DECODING = dict(src_vocab_size=11, tgt_vocab_size=9, width=6, n_layers=2, max_len=12, decay=0.6, seed=80, eos_slope=1.5)
-#: (max_len, use_cache) of the greedy runs; (max_len, beam_size, length_penalty) of the beam runs.
+#: (max_len, use_cache) of the greedy runs; (max_len, beam_size, length_penalty) of the beam runs. Strong
+#: length penalties make a beam's length decide its rank, so that fresh cases (a salt) still catch a length
+#: counted wrong.
 GREEDY_RUNS = ((9, True), (9, False), (3, True))
-BEAM_RUNS = ((9, 1, 0.0), (9, 3, 0.6), (9, 4, 0.0), (6, 2, 1.0))
+BEAM_RUNS = ((9, 1, 0.0), (9, 3, 0.6), (9, 4, 0.0), (6, 2, 1.0), (9, 3, 2.0), (9, 4, 1.0))
 
 
 def decoding_sources() -> np.ndarray:
