@@ -359,6 +359,25 @@ def test_the_gradescope_zip_grades_a_submission_as_gradescope_runs_it(tmp_path, 
     assert scores["1.1"][0] == pytest.approx(5 * 6 / 9, abs=1e-3)
 
 
+def test_a_flat_file_whose_name_two_library_files_share_goes_to_the_exercises(tmp_path):
+    """lm.py is exercise 12.3's file and a task's (tasks/lm.py): uploaded alone, it is the exercise's. A name
+    that no exercise settles (reverse.py) is ignored, with a note."""
+    from numpytransformer.exercises.gradescope import find_student_folder
+
+    base = tmp_path / "base"
+    for rel in ("__init__.py", "lm.py", "tasks/lm.py", "tasks/reverse.py", "datasets/reverse.py"):
+        (base / rel).parent.mkdir(parents=True, exist_ok=True)
+        (base / rel).write_text("# the edition's\n")
+    (tmp_path / "submission").mkdir()
+    for name in ("lm.py", "reverse.py"):
+        (tmp_path / "submission" / name).write_text("# mine\n")
+    folder, notes = find_student_folder(tmp_path / "submission", tmp_path / "work", base)
+    assert (folder / BY_ID["12.3"].file).read_text() == "# mine\n"
+    assert (folder / "numpytransformer" / "tasks" / "lm.py").read_text() == "# the edition's\n"
+    assert "lm.py -> numpytransformer/lm.py" in notes[0]
+    assert "reverse.py (more than one file has this name" in notes[-1]
+
+
 def test_a_grader_that_trips_still_writes_results_json(tmp_path, monkeypatch):
     """Run outside its zip (no student_base/), the autograder cannot lay flat files onto the edition:
     results.json says so, with no score, rather than leaving Gradescope without a file."""

@@ -129,9 +129,12 @@ def find_student_folder(submission: Path, work: Path, base: Path) -> Tuple[Path,
         rel = path.relative_to(student)
         if "exercises" not in rel.parts:
             by_name.setdefault(path.name, []).append(rel)
+    exercise_files = {e.file for e in EXERCISES}
     used, ignored = [], []
     for path in sorted(p for p in submission.rglob("*") if p.is_file() and "__MACOSX" not in p.parts):
         homes = by_name.get(path.name, [])
+        if len(homes) > 1:  # lm.py is exercise 12.3's file and a task's: the exercise's is the one edited
+            homes = [h for h in homes if h.as_posix() in exercise_files] or homes
         if len(homes) == 1:
             shutil.copyfile(path, student / homes[0])
             used.append(f"{path.name} -> {homes[0].as_posix()}")
