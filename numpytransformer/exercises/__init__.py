@@ -10,6 +10,7 @@ Commands (run from the repository, or from a student edition's folder)::
 
     python -m numpytransformer.exercises list            # the exercises
     python -m numpytransformer.exercises build OUT_DIR   # the student edition, fences cut out
+    python -m numpytransformer.exercises build OUT_DIR --guided   # the same, the derivations kept
     python -m numpytransformer.exercises check [N]       # grade exercise N (4.2), lesson N (4), or all
     python -m numpytransformer.exercises check --student DIR --json results.json   # a teacher grading
     python -m numpytransformer.exercises release 4.1,4.2 --into DIR   # solutions into a student's folder

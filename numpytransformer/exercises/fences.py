@@ -610,8 +610,9 @@ is 0 only when every selected exercise passed.
   functions run in a separate process, and are judged there by the teacher's copy with
   reference values from the teacher's library. Each exercise runs with the teacher's code
   for what it needs, so a bug costs only its own exercise. `--json` writes a Gradescope-style
-  `results.json` with one test per case, each gradient in each shape or mask case with its
-  share of the exercise's points ({total_points} in all).
+  `results.json` with one test per case, each with its share of the exercise's points
+  ({total_points} in all): each gradient in each shape or mask case; in lessons 9-12 each
+  decoded sentence, each statistic, each distribution.
 * On Gradescope: `python -m numpytransformer.exercises gradescope autograder.zip` builds the
   autograder (see `lessons/GRADESCOPE.md`, which says what students upload).
 * After a deadline: `python -m numpytransformer.exercises release 4.1,4.2 --into STUDENT_DIR`
