@@ -17,6 +17,10 @@ from typing import Callable, Dict, Iterable, Optional, Sequence
 import numpy as np
 
 __all__ = [
+    "SMOOTH_TOL",
+    "KINK_TOL",
+    "WHOLE_MODEL_TOL",
+    "ZERO_ATOL",
     "numerical_gradient",
     "numerical_gradient_entries",
     "rel_error",
@@ -79,6 +83,14 @@ def numerical_gradient_entries(f, x: np.ndarray, dout, indices: Iterable, h: flo
     return np.array(out, dtype=np.float64)
 
 
+#: The targets every check uses, the tests' and the grader's (``exercises/trusted.py``) alike.
+#: A smooth operation's centred difference errs by about ``h**2`` (truncation) plus ``1e-16 / h``
+#: (rounding), both near 1e-10 with ``h = 1e-5``, so 1e-7 leaves room without hiding a wrong term.
+SMOOTH_TOL = 1e-7
+#: Near a kink (ReLU, a mask) a step can land close to the non-smooth point, and a whole layer or
+#: model adds float64 rounding over a long chain of operations: 1e-5 there.
+KINK_TOL = 1e-5
+WHOLE_MODEL_TOL = KINK_TOL
 #: Below this magnitude a numerical gradient is finite-difference noise (about
 #: ``1e-16 * |L| / h``); comparing to it relatively would be meaningless.
 ZERO_ATOL = 1e-7

@@ -3,8 +3,10 @@
 Each case is a function returning ``{gradient name: error}`` (relative error, or the
 absolute error for a gradient that is zero, see ``numpytransformer.gradcheck``). The
 cases live in dicts keyed by an informative name that doubles as the pytest id, so a
-failure reads ``test_pair_gradients[attention-causal]`` and a script can import the
-dicts to report the largest error of each component.
+failure reads ``test_pair_gradients[4.2-attention_forward-causal mask, ...]`` and a script
+can import the dicts to report the largest error of each component. The pairs that an
+exercise grades are checked on the exercises' own cases (``exercises/trusted.py``), so the
+tests and the grader share one set; the tolerances are ``numpytransformer.gradcheck``'s.
 
 All checks run in float64 with ``h = 1e-5``.
 """
@@ -18,8 +20,9 @@ from numpytransformer.attention import attention_backward, attention_forward, ca
 from numpytransformer.dropout import Dropout, dropout_backward, dropout_forward
 from numpytransformer.embedding import embedding_backward, embedding_forward
 from numpytransformer.feedforward import FeedForward, ffn_backward, ffn_forward
-from numpytransformer.gradcheck import (ZERO_ATOL, check_module, check_pair, numerical_gradient,
-                                        numerical_gradient_entries, rel_error)
+from numpytransformer.exercises import trusted
+from numpytransformer.gradcheck import (KINK_TOL, SMOOTH_TOL, WHOLE_MODEL_TOL, ZERO_ATOL, check_module, check_pair,
+                                        numerical_gradient, numerical_gradient_entries, rel_error)
 from numpytransformer.layernorm import LayerNorm, layernorm_backward, layernorm_forward
 from numpytransformer.layers import DecoderLayer, EncoderLayer, Residual
 from numpytransformer.linear import Linear, linear_backward, linear_forward
@@ -31,13 +34,6 @@ from numpytransformer.pooling import (first_token_backward, first_token_forward,
                                       mean_pool_forward)
 from numpytransformer.positional import positional_backward, positional_forward, sinusoidal_encoding
 from numpytransformer.relu import relu_backward, relu_forward
-
-#: Smooth operations: truncation error ~h**2 and rounding ~1e-16/h are both far below this.
-SMOOTH_TOL = 1e-7
-#: Near kinks (ReLU) and masking, where a step can land close to a non-smooth point.
-KINK_TOL = 1e-5
-#: The whole model: many kinks and a long chain of float64 rounding.
-WHOLE_MODEL_TOL = 1e-5
 
 PAD = 0
 
@@ -75,22 +71,6 @@ ATTENTION_MASKS = {
 
 
 # ---- functional pairs -------------------------------------------------------------------
-def linear_case():
-    r = _rng(1)
-    return check_pair(linear_forward, linear_backward,
-                      {"x": r.standard_normal((2, 3, 4)), "W": r.standard_normal((4, 5)),
-                       "b": r.standard_normal(5)}, ["x", "W", "b"])
-
-
-def relu_case():
-    # Keep every |x| > 1e-3, far from the kink at 0 compared with the step h = 1e-5: a
-    # centred difference across the kink would measure a slope of about 1/2, which
-    # neither side's derivative is.
-    r = _rng(2)
-    x = r.choice([-1.0, 1.0], size=(2, 3, 4)) * r.uniform(1e-3, 3.0, size=(2, 3, 4))
-    return check_pair(relu_forward, relu_backward, {"x": x}, ["x"])
-
-
 def dropout_case():
     r = _rng(3)
     p = 0.5
@@ -99,73 +79,10 @@ def dropout_case():
                       p=p, mask=mask)
 
 
-def embedding_case():
-    # pad_id=None: the plain lookup, whose true gradient includes the pad row.
-    r = _rng(4)
-    ids = np.array([[1, 2, 2, PAD], [3, 1, PAD, PAD]])
-    return check_pair(embedding_forward, embedding_backward, {"W": r.standard_normal((5, 3))}, ["W"],
-                      ids=ids, scale=np.sqrt(3.0), pad_id=None)
-
-
 def positional_case():
     r = _rng(5)
     return check_pair(positional_forward, positional_backward, {"x": r.standard_normal((2, 3, 6))}, ["x"],
                       pe=sinusoidal_encoding(8, 6), offset=2)
-
-
-def _attention_case(mask_name: str):
-    def case():
-        r = _rng(6)
-        qkv = {n: r.standard_normal((2, 2, 4, 3)) for n in ("q", "k", "v")}  # (B, H, T, D/H)
-        return check_pair(attention_forward, attention_backward, qkv, ["q", "k", "v"],
-                          mask=ATTENTION_MASKS[mask_name])
-    return case
-
-
-def _mha_self_case(mask_name: str):
-    def case():
-        D, H = 6, 2
-        inputs = {"x_q": _rng(7).standard_normal((2, 4, D)), **_mha_params(D, 8)}
-        return check_pair(multihead_attention_forward, multihead_attention_backward, inputs,
-                          ["x_q", None, *PARAM_NAMES], x_kv=None, n_heads=H, mask=ATTENTION_MASKS[mask_name])
-    return case
-
-
-def _mha_cross_case(mask_name: str):
-    def case():
-        D, H = 6, 2
-        r = _rng(9)
-        inputs = {"x_q": r.standard_normal((2, 3, D)), "x_kv": r.standard_normal((2, 4, D)),
-                  **_mha_params(D, 10)}
-        return check_pair(multihead_attention_forward, multihead_attention_backward, inputs,
-                          ["x_q", "x_kv", *PARAM_NAMES], n_heads=H, mask=ATTENTION_MASKS[mask_name])
-    return case
-
-
-def layernorm_case():
-    r = _rng(11)
-    return check_pair(layernorm_forward, layernorm_backward,
-                      {"x": r.standard_normal((2, 3, 5)) * 2 + 1, "gamma": r.standard_normal(5),
-                       "beta": r.standard_normal(5)}, ["x", "gamma", "beta"], eps=1e-5)
-
-
-def ffn_case():
-    r = _rng(12)
-    inputs = {"x": r.standard_normal((2, 3, 4)), "W1": r.standard_normal((4, 6)), "b1": r.standard_normal(6),
-              "W2": r.standard_normal((6, 4)), "b2": r.standard_normal(4)}
-    pre = inputs["x"] @ inputs["W1"] + inputs["b1"]
-    assert np.abs(pre).min() > 1e-3, "a ReLU input sits on the kink: pick another seed"
-    return check_pair(ffn_forward, ffn_backward, inputs, ["x", "W1", "b1", "W2", "b2"])
-
-
-def _cross_entropy_case(label_smoothing: float, pad_id):
-    def case():
-        r = _rng(13)
-        targets = np.array([[1, 4, 2], [3, PAD, PAD]])
-        return check_pair(softmax_cross_entropy_forward, softmax_cross_entropy_backward,
-                          {"logits": r.standard_normal((2, 3, 5)) * 2}, ["logits"],
-                          targets=targets, pad_id=pad_id, label_smoothing=label_smoothing)
-    return case
 
 
 def mean_pool_case():
@@ -180,25 +97,24 @@ def first_token_case():
                       ["h"])
 
 
+def _exercise_case(exercise_id: str, j: int, case: trusted.Case):
+    """A gradient-check case of the exercises (``trusted.pair_cases``, the one set), run by the public check."""
+    _, module, names = trusted.PROBES[exercise_id]
+    lib = __import__(f"numpytransformer.{module}", fromlist=["_"])
+    forward, backward = getattr(lib, names[2 * j]), getattr(lib, names[2 * j + 1])
+    return lambda: check_pair(forward, backward, {k: v.copy() for k, v in case.inputs.items()}, list(case.wrt),
+                              seed=case.seed, **case.static)
+
+
+#: The pairs an exercise grades are checked on the exercises' cases (``exercises/trusted.py``); the
+#: others on their own cases here.
 PAIR_CASES = {
-    "linear": (linear_case, SMOOTH_TOL),
-    "relu": (relu_case, KINK_TOL),
+    **{f"{exercise_id}-{names[2 * j]}-{case.name}": (_exercise_case(exercise_id, j, case), case.tol)
+       for exercise_id, (kind, _, names) in trusted.PROBES.items() if kind == "pair"
+       for j in range(len(names) // 2)
+       for case in trusted.pair_cases(exercise_id) if case.reference == "numeric"},
     "dropout-fixed-mask": (dropout_case, SMOOTH_TOL),
-    "embedding": (embedding_case, SMOOTH_TOL),
     "positional": (positional_case, SMOOTH_TOL),
-    **{f"attention-{m}": (_attention_case(m), SMOOTH_TOL if m == "none" else KINK_TOL)
-       for m in ATTENTION_MASKS},
-    "mha-self-none": (_mha_self_case("none"), SMOOTH_TOL),
-    "mha-self-padding+causal": (_mha_self_case("padding+causal"), KINK_TOL),
-    "mha-self-fully-masked-row": (_mha_self_case("fully-masked-row"), KINK_TOL),
-    "mha-cross-none": (_mha_cross_case("none"), SMOOTH_TOL),
-    "mha-cross-padding": (_mha_cross_case("padding"), KINK_TOL),
-    "layernorm": (layernorm_case, SMOOTH_TOL),
-    "ffn": (ffn_case, KINK_TOL),
-    "cross-entropy-ls0": (_cross_entropy_case(0.0, None), SMOOTH_TOL),
-    "cross-entropy-ls0.1": (_cross_entropy_case(0.1, None), SMOOTH_TOL),
-    "cross-entropy-ls0-pad-targets": (_cross_entropy_case(0.0, PAD), SMOOTH_TOL),
-    "cross-entropy-ls0.1-pad-targets": (_cross_entropy_case(0.1, PAD), SMOOTH_TOL),
     "mean-pool": (mean_pool_case, SMOOTH_TOL),
     "first-token-pool": (first_token_case, SMOOTH_TOL),
 }

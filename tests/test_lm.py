@@ -18,7 +18,7 @@ from numpytransformer.config import TransformerConfig
 from numpytransformer.datasets.shakespeare import BPETokenizer, CharTokenizer, chunks, split_text
 from numpytransformer.datasets.tinygrammar import SPEAKERS, grammar_corpus
 from numpytransformer.errors import NumpyTransformerError
-from numpytransformer.gradcheck import check_module, check_pair, rel_error
+from numpytransformer.gradcheck import SMOOTH_TOL, WHOLE_MODEL_TOL, check_module, check_pair, rel_error
 from numpytransformer.lm import TransformerLM, prefix_mask
 from numpytransformer.losses import cross_entropy
 from numpytransformer.optim import Adam, NoamSchedule, clip_grad_norm
@@ -28,7 +28,7 @@ from numpytransformer.settings import ModelSettings
 from numpytransformer.tasks.base import task_class, task_from_dict
 from numpytransformer.tasks.lm import LanguageModelTask, LMData
 
-WHOLE_MODEL_TOL, SMOOTH_TOL, PARITY_TOL = 1e-5, 1e-7, 1e-10
+PARITY_TOL = 1e-10
 
 
 def tiny_lm(norm_first=True, tie=True, positions="learned", dropout=0.1, dtype="float64", V=7, max_len=6,

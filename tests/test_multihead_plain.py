@@ -3,12 +3,10 @@ import numpy as np
 import pytest
 
 from numpytransformer.attention import causal_mask, padding_mask
-from numpytransformer.gradcheck import check_pair
+from numpytransformer.gradcheck import KINK_TOL, SMOOTH_TOL, check_pair
 from numpytransformer.multihead import (PARAM_NAMES, multihead_attention_backward, multihead_attention_forward,
                                         plain_multihead_attention_backward, plain_multihead_attention_forward)
 
-SMOOTH_TOL = 1e-7  # no mask: every operation smooth
-KINK_TOL = 1e-5  # masks: a step may land near a masked score
 AGREE_TOL = 1e-12  # fused vs plain: the same arithmetic in another order, float64 rounding only
 
 _IDS = np.array([[1, 2, 3, 0], [4, 5, 0, 0]])  # pad id 0

@@ -10,14 +10,19 @@ Commands (run from the repository, or from a student edition's folder)::
 
     python -m numpytransformer.exercises list            # the exercises
     python -m numpytransformer.exercises build OUT_DIR   # the student edition, fences cut out
+    python -m numpytransformer.exercises build OUT_DIR --guided   # the same, the derivations kept
     python -m numpytransformer.exercises check [N]       # grade exercise N (4.2), lesson N (4), or all
     python -m numpytransformer.exercises check --student DIR --json results.json   # a teacher grading
+    python -m numpytransformer.exercises release 4.1,4.2 --into DIR   # solutions into a student's folder
+    python -m numpytransformer.exercises gradescope autograder.zip    # the Gradescope autograder
 
 Without ``--student`` the grader checks its own package (a student checking their work).
 With it, the teacher's grader grades the student's folder: the student's functions run in
 a separate process (``probe.py``, loaded from the grader's install), and are judged in the
 grader's process, which never imports the student's code, against values from the
-grader's own library, with the measure and cases of ``trusted.py``.
+grader's own library, with the measure and cases of ``trusted.py``. The teacher's grader
+runs what an exercise depends on as its own reference code, so each exercise is graded on
+its own, and scores it case by case. Hints come in steps (``hints.py``).
 """
 from .catalog import BY_ID, EXERCISES, LESSONS, Exercise
 

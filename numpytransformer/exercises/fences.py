@@ -43,6 +43,7 @@ import ast
 import json
 import re
 import shutil
+import textwrap
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
@@ -51,7 +52,7 @@ from .catalog import BY_ID, EXERCISES, check_command
 __all__ = ["Fence", "FenceError", "BuildError", "parse_fences", "library_fences", "placeholder",
            "replace_fences", "enclosing_function", "build_edition", "exercises_markdown", "NotebookFence",
            "notebook_fences", "cut_notebook", "keep_fences", "hide_derivations", "strip_solution_only",
-           "SOLUTION_ONLY", "without_fast_forms"]
+           "SOLUTION_ONLY", "without_fast_forms", "function_source", "function_span", "release"]
 
 _BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION (?P<id>\d+\.\d+): (?P<title>\S.*?)\s*$")
 _END = re.compile(r"^(?P<indent>[ \t]*)### END SOLUTION\s*$")
@@ -178,6 +179,29 @@ def enclosing_function(text: str, line: int) -> Optional[str]:
                     visit(child, name + ".")
     visit(ast.parse(text), "")
     return best
+
+
+def function_node(text: str, qualname: str):
+    """The ``ast`` node of the def named ``qualname`` (``Class.method`` or ``function``) in ``text``."""
+    node = ast.parse(text)
+    for part in qualname.split("."):
+        node = next((c for c in ast.iter_child_nodes(node)
+                     if isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and c.name == part), None)
+        if node is None:
+            raise KeyError(f"no def {qualname} in the file")
+    return node
+
+
+def function_span(text: str, qualname: str):
+    """(first line, last line), from 1, of the def ``qualname`` in ``text``, its decorators included."""
+    node = function_node(text, qualname)
+    return min([node.lineno] + [d.lineno for d in node.decorator_list]), node.end_lineno
+
+
+def function_source(text: str, qualname: str) -> str:
+    """The source of the def ``qualname`` in ``text``, dedented (a method becomes a plain def)."""
+    first, last = function_span(text, qualname)
+    return textwrap.dedent("".join(text.splitlines(keepends=True)[first - 1:last]))
 
 
 class NotebookFence(NamedTuple):
@@ -377,9 +401,13 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=(), guided: bool =
     root = pkg.parent
     out = Path(out_dir)
     keep = set(_parse_solved(solved))
-    if out.exists() and not out.is_dir():
+    try:
+        exists = out.exists()
+    except OSError as e:  # a path the system refuses to look at (too long, not allowed)
+        raise BuildError(f"OUT_DIR {str(out)!r} cannot be used: {e.strerror or e}") from None
+    if exists and not out.is_dir():
         raise BuildError(f"OUT_DIR {str(out)!r} is a file; give a new or empty directory")
-    if out.exists() and any(out.iterdir()):
+    if exists and any(out.iterdir()):
         raise BuildError(f"OUT_DIR {str(out)!r} is not empty; give a new or empty directory")
     for inside in (pkg, root / "lessons", root / "docs"):
         if out.resolve() == inside or inside in out.resolve().parents:
@@ -396,7 +424,10 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=(), guided: bool =
         raise BuildError(f"malformed fence: {e}") from None
     _check_against_catalog(fences)
 
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a parent that is a file, a folder that cannot be written, ...
+        raise BuildError(f"OUT_DIR {str(out)!r} cannot be created: {e.strerror or e}") from None
     shutil.copytree(pkg, out / pkg.name, ignore=_IGNORE)
     if (root / "lessons").is_dir():
         shutil.copytree(root / "lessons", out / "lessons", ignore=_IGNORE)
@@ -422,6 +453,9 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=(), guided: bool =
         target.write_text(text, encoding="utf-8")
     fast_py = out / pkg.name / "fast.py"
     fast_py.write_text(without_fast_forms(fast_py.read_text(encoding="utf-8")), encoding="utf-8")
+    from .hints import STUDENT_EDITION  # the formula-level hints reach students through the teacher's grader only
+
+    (out / pkg.name / "exercises" / "hints.py").write_text(STUDENT_EDITION, encoding="utf-8")
     if not guided:
         for path in sorted((out / pkg.name).rglob("*.py")):
             if "exercises" not in path.relative_to(out / pkg.name).parts:
@@ -438,6 +472,77 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=(), guided: bool =
     (out / "EXERCISES.md").write_text(exercises_markdown(sorted(keep, key=list(BY_ID).index), guided),
                                       encoding="utf-8")
     return fences
+
+
+def _placeholder_lines(text: str, exercise_id: str, qualname: str) -> List[int]:
+    """Line numbers (from 1) of the edition's ``raise NotImplementedError("Exercise <id>: ...`` in ``qualname``."""
+    marker = f'raise NotImplementedError("Exercise {exercise_id}: '
+    return [n for n, line in enumerate(text.splitlines(), start=1)
+            if line.strip().startswith(marker) and enclosing_function(text, n) == qualname]
+
+
+def release(ids, student_dir, pkg: Optional[Path] = None) -> List[str]:
+    """Write the reference solutions of exercises ``ids`` into a student's existing folder.
+
+    Only those solutions change: where the student's file still raises the edition's
+    ``NotImplementedError`` for the exercise, that line becomes the fenced code; where the
+    student wrote code instead, their version of the function is replaced by the reference
+    one. Every other line of the student's stays as it is. Returns what was done, one line
+    each; :class:`BuildError` (nothing written) if an id, the folder or a function is missing.
+    """
+    pkg = package_dir() if pkg is None else Path(pkg).resolve()
+    keep = _parse_solved(ids)
+    if not keep:
+        raise BuildError("IDS: give exercise ids, comma-separated (4.1,4.2)")
+    student = Path(student_dir)
+    if not (student / pkg.name / "__init__.py").is_file():
+        raise BuildError(f"--into {str(student)!r} holds no {pkg.name}/__init__.py; give the student's folder")
+    try:
+        fences = [f for f in library_fences(pkg) if f.id in keep]
+    except FenceError as e:
+        raise BuildError(f"malformed fence: {e}") from None
+    missing = [i for i in keep if i not in {f.id for f in fences}]
+    if missing:
+        raise BuildError(f"no fence for exercise(s) {', '.join(missing)} in {pkg}; release from the full repository")
+    texts: Dict[str, str] = {}
+    done = []
+    for fence in fences:
+        source = (pkg.parent / fence.path).read_text(encoding="utf-8")
+        qualname = enclosing_function(source, fence.begin)
+        target = student / fence.path
+        if fence.path not in texts:
+            if not target.is_file():
+                raise BuildError(f"{target} is missing from the student's folder")
+            texts[fence.path] = target.read_text(encoding="utf-8")
+        text = texts[fence.path]
+        lines = text.splitlines(keepends=True)
+        newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
+        raises = _placeholder_lines(text, fence.id, qualname)
+        if raises:
+            body = source.splitlines(keepends=True)[fence.begin:fence.end - 1]
+            lines[raises[0] - 1:raises[0]] = [line.rstrip("\r\n") + newline for line in body]
+            done.append(f"{fence.id}: {fence.path} {qualname}, the raise line replaced by the solution")
+        else:
+            try:
+                first, last = function_span(text, qualname)
+            except (KeyError, SyntaxError) as e:
+                raise BuildError(f"{target}: cannot find {qualname} in the student's file ({e})") from None
+            indent = lines[first - 1][:len(lines[first - 1]) - len(lines[first - 1].lstrip())]
+            # As the student edition prints it: no fence lines, no solution-only docstring block.
+            reference = [line for line in strip_solution_only(function_source(source, qualname)).splitlines()
+                         if not (_BEGIN.match(line) or _END.match(line))]
+            lines[first - 1:last] = [(indent + line if line.strip() else "") + newline for line in reference]
+            done.append(f"{fence.id}: {fence.path} {qualname}, the student's version replaced by the solution")
+        texts[fence.path] = "".join(lines)
+    for rel, text in texts.items():
+        try:
+            compile(text, rel, "exec")
+        except SyntaxError as e:
+            raise BuildError(f"{rel}: the student's file does not compile with the solution in "
+                             f"({e.msg}, line {e.lineno}); nothing was written") from None
+    for rel, text in texts.items():
+        (student / rel).write_text(text, encoding="utf-8")
+    return done
 
 
 def exercises_markdown(solved: Sequence[str] = (), guided: bool = False) -> str:
@@ -494,15 +599,18 @@ values and optimiser states with the library's. It prints one line per exercise:
     4.2 attention_backward ... FAILED: dk: relative error 2.3e-01 (tolerance 1e-5) [causal mask, ...]; ...
 
 A FAILED line names the tensor that is wrong, by how much, and the case (shapes, mask).
-Then comes what it knows: a property the lesson derives that your result breaks (rows of
-the cross-entropy gradient sum to zero; LayerNorm's dx is orthogonal to 1 and to x_hat;
-pad rows get no gradient ...) with the term that is most likely missing and the lesson
-section, or a simple relation to the right answer (transposed, sign flipped, off by a
-constant factor). Every failing tensor is listed, one per line. Tolerances: 1e-7 for
-smooth operations, 1e-5 near kinks (ReLU, masks), for whole layers and for the
-optimiser's steps. "needs Exercise X first" means that the check also runs the code of
-exercise X (the "needs" column), which still raises NotImplementedError. Each exercise
-has a time limit of a minute. The exit code is 0 only when every selected exercise passed.
+Hints come in steps. The first failed check of an exercise says only that; the next one
+adds the property the lesson derives that your result breaks (rows of the cross-entropy
+gradient sum to zero; LayerNorm's dx is orthogonal to 1 and to x_hat; pad rows get no
+gradient ...) or a simple relation to the right answer (transposed, sign flipped, off by a
+constant factor). The failed attempts are counted in `.grader_attempts.json` in this folder;
+the last step, close to the formula, comes from your teacher's grader only. Every failing
+tensor is listed, one per line. Tolerances: 1e-7 for smooth operations, 1e-5 near kinks
+(ReLU, masks), for whole layers and for the optimiser's steps. "needs Exercise X first"
+means that the check also runs the code of exercise X (the "needs" column), which still
+raises NotImplementedError; your teacher's grader runs its own code for X instead, so each
+exercise is graded on its own. Each exercise has a time limit of a minute. The exit code
+is 0 only when every selected exercise passed.
 
 ## How a class uses it
 
@@ -521,8 +629,15 @@ has a time limit of a minute. The exit code is 0 only when every selected exerci
 
   It imports nothing from the student's folder into the grading process: the student's
   functions run in a separate process, and are judged there by the teacher's copy with
-  reference values from the teacher's library. `--json` writes a Gradescope-style
-  `results.json` with points per exercise ({total_points} in all).
+  reference values from the teacher's library. Each exercise runs with the teacher's code
+  for what it needs, so a bug costs only its own exercise. `--json` writes a Gradescope-style
+  `results.json` with one test per case, each with its share of the exercise's points
+  ({total_points} in all): each gradient in each shape or mask case; in lessons 9-12 each
+  decoded sentence, each statistic, each distribution.
+* On Gradescope: `python -m numpytransformer.exercises gradescope autograder.zip` builds the
+  autograder (see `lessons/GRADESCOPE.md`, which says what students upload).
+* After a deadline: `python -m numpytransformer.exercises release 4.1,4.2 --into STUDENT_DIR`
+  writes those solutions into a student's folder and changes nothing else of theirs.
 * The checks in this folder (`numpytransformer/exercises/`) are the same code, with the
   reference values stored as numbers (`reference.npz`): use them to check yourself.
 

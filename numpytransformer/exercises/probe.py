@@ -2,15 +2,20 @@
 
 The grader runs this file by path, from its own install, in a separate process::
 
-    python -I probe.py STUDENT_ROOT EXERCISE_ID OUTPUTS.npz STATUS.json SALT
+    python -I probe.py STUDENT_ROOT EXERCISE_ID OUTPUTS.npz STATUS.json SALT [SWAPS.json]
 
 That process imports the student's ``numpytransformer`` (from STUDENT_ROOT) and nothing of
-the grader's but this file and ``trusted.py`` beside it (both copied by the grader into a
-temporary folder first). SALT picks the cases (see ``trusted.SALT``). It only *records*: arrays go to
+the grader's but this file, ``trusted.py`` and ``gradcheck.py`` (its tolerances) beside it
+(copied by the grader into a temporary folder first). SALT picks the cases (see ``trusted.SALT``). It only *records*: arrays go to
 an ``.npz`` (read back without pickle), how the run ended to a small JSON file. Every
 judgement is made afterwards in the grading process, which never imports the student's
 code, so whatever that code changes at import (NumPy, the grader's helpers, its own
 ``gradcheck``) can change only its own answers.
+
+SWAPS.json, written by the teacher's grader, holds the reference code of every exercise the
+graded one depends on (the functions of its ``needs``, cut from the teacher's library). They
+are put in place of the student's versions right after the import (:func:`swap_in`), so a bug
+in one exercise costs that exercise alone, not every check that runs it.
 
 The grading process also calls :func:`collect` on its own library, to get the values
 the student's are compared with.
@@ -369,6 +374,37 @@ def _load_package(root: Path):
     return module
 
 
+def swap_in(swaps) -> None:
+    """Put each reference function of ``swaps`` in place of the student's.
+
+    A swap is ``{"module": "linear", "qualname": "linear_backward", "source": "def ..."}`` (the
+    source as text, or compiled).
+    The reference ``def`` runs in the student's module, so it uses that module's helpers; a
+    module function is also replaced wherever another module imported it by name
+    (``from .linear import linear_backward``), a method on its class.
+    """
+    modules = {name: m for name, m in sys.modules.items() if name == "numpytransformer"
+               or name.startswith("numpytransformer.")}
+    for swap in swaps:
+        module = importlib.import_module(f"numpytransformer.{swap['module']}")
+        *owner, name = swap["qualname"].split(".")
+        namespace: dict = {}
+        code = swap["source"]
+        if isinstance(code, str):
+            code = compile(code, f"<reference of {swap['qualname']}>", "exec")
+        exec(code, module.__dict__, namespace)
+        if owner:
+            target = module
+            for part in owner:
+                target = getattr(target, part)
+            setattr(target, name, namespace[name])
+            continue
+        old = module.__dict__.get(name)
+        for m in list(modules.values()) + [module]:
+            if m is module or (old is not None and getattr(m, name, None) is old):
+                setattr(m, name, namespace[name])
+
+
 def _where(exc: BaseException, pkg: Path) -> str:
     """``numpytransformer/file.py:line`` of the innermost frame in the student's package."""
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
@@ -381,10 +417,16 @@ def _where(exc: BaseException, pkg: Path) -> str:
 def main(argv) -> int:
     root, exercise_id, outputs, status_path = Path(argv[0]).resolve(), argv[1], argv[2], argv[3]
     trusted.SALT = int(argv[4]) if len(argv) > 4 else 0
+    swaps = []
+    if len(argv) > 5:  # compiled, and the file removed, before the student's code runs
+        swaps = [dict(s, source=compile(s["source"], f"<reference of {s['qualname']}>", "exec"))
+                 for s in json.loads(Path(argv[5]).read_text(encoding="utf-8"))]
+        Path(argv[5]).unlink()
     status = {"status": "ok"}
     arrays = {}
     try:
         _load_package(root)
+        swap_in(swaps)
         arrays = collect(exercise_id, lambda name: importlib.import_module(f"numpytransformer.{name}"))
     except NotImplementedError as e:
         status = {"status": "not implemented", "message": str(e), "where": _where(e, root / "numpytransformer")}

@@ -1,7 +1,7 @@
 """The grader's trusted core: its numerical gradient, its error measure and its test cases.
 
-This module imports nothing but NumPy and the standard library, never the package it
-ships in. The grader loads it *by path from its own install* (the teacher's copy) into
+This module imports nothing but NumPy, the standard library and the tolerances of
+``gradcheck.py`` (NumPy only), never the rest of the package it ships in. The grader loads it *by path from its own install* (the teacher's copy) into
 the process that runs a student's code, and imports it normally in the grading process,
 so a student who edits ``gradcheck.py``, or anything else in their copy, changes
 neither the measure nor the cases. ``tests/`` draws its cases from here too: one set.
@@ -11,14 +11,22 @@ are what a case is run through.
 """
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-SMOOTH_TOL = 1e-7  # smooth operations
-KINK_TOL = 1e-5  # near kinks (ReLU, masks), whole layers, the optimiser
+try:
+    from ..gradcheck import KINK_TOL, SMOOTH_TOL, ZERO_ATOL  # the tolerances, defined once
+except ImportError:  # loaded by path: the grader copies its own gradcheck.py (NumPy only) beside this file
+    _spec = importlib.util.spec_from_file_location("_numpytransformer_grader_gradcheck",
+                                                   Path(__file__).resolve().parent / "gradcheck.py")
+    _gradcheck = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_gradcheck)
+    KINK_TOL, SMOOTH_TOL, ZERO_ATOL = _gradcheck.KINK_TOL, _gradcheck.SMOOTH_TOL, _gradcheck.ZERO_ATOL
+
 VALUE_TOL = 1e-12  # forward values computed two ways in float64
-ZERO_ATOL = 1e-7  # below this a numerical gradient is finite-difference noise
 PAD = 0
 MHA_PARAMS = ("W_q", "b_q", "W_k", "b_k", "W_v", "b_v", "W_o", "b_o")
 
@@ -345,9 +353,11 @@ def decoder_layer_inputs():
 #: source and of the prefix it reads from the KV cache (probe.decoding_model): decoding is graded on
 #: its own, and a cache that is not kept or not reordered changes the output.
 DECODING = dict(src_vocab_size=11, tgt_vocab_size=9, width=6, n_layers=2, max_len=12, decay=0.6, seed=80, eos_slope=1.5)
-#: (max_len, use_cache) of the greedy runs; (max_len, beam_size, length_penalty) of the beam runs.
+#: (max_len, use_cache) of the greedy runs; (max_len, beam_size, length_penalty) of the beam runs. Strong
+#: length penalties make a beam's length decide its rank, so that fresh cases (a salt) still catch a length
+#: counted wrong.
 GREEDY_RUNS = ((9, True), (9, False), (3, True))
-BEAM_RUNS = ((9, 1, 0.0), (9, 3, 0.6), (9, 4, 0.0), (6, 2, 1.0))
+BEAM_RUNS = ((9, 1, 0.0), (9, 3, 0.6), (9, 4, 0.0), (6, 2, 1.0), (9, 3, 2.0), (9, 4, 1.0))
 
 
 def decoding_sources() -> np.ndarray:

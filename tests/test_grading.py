@@ -1,0 +1,422 @@
+"""How the grader scores: each exercise on its own, partial credit by case, hints in steps,
+the release of solutions into a student's folder, the Gradescope package, the builder's bad paths.
+
+Student folders are built into tmp_path and graded in subprocesses, as a student (from the
+folder), a teacher (``--student``) or Gradescope (``run_autograder``) runs the grader.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from numpytransformer.exercises import BY_ID, EXERCISES, checks
+from numpytransformer.exercises.__main__ import main
+from numpytransformer.exercises.fences import build_edition, package_dir
+from numpytransformer.exercises.hints import FORMULAS, STUDENT_EDITION
+
+ROOT = package_dir().parent
+IDS = [e.id for e in EXERCISES]
+WRONG_DW = ("dW = x2.T @ d2\n", "dW = x2.T @ d2 * 2\n")  # exercise 1.1 with a factor 2 in dW
+WRONG_LAYERNORM = """    dbeta = dout.reshape(-1, D).sum(axis=0)
+    dgamma = (dout * xhat).reshape(-1, D).sum(axis=0)
+    g = dout * gamma
+    dx = (g - g.mean(axis=-1, keepdims=True)) * rstd
+"""
+
+
+def _env():
+    """The subprocess finds numpytransformer only through its working directory."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def _run(args, cwd, timeout=600):
+    return subprocess.run([sys.executable, "-m", "numpytransformer.exercises", *args], cwd=cwd, capture_output=True,
+                          text=True, env=_env(), timeout=timeout)
+
+
+def _replace(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1, (path, old)
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def _fence_code(exercise_id: str) -> str:
+    """The reference code of a (single) fence, as written in the library."""
+    from numpytransformer.exercises.fences import library_fences
+
+    (fence,) = [f for f in library_fences() if f.id == exercise_id]
+    return "".join((ROOT / fence.path).read_text(encoding="utf-8").splitlines(keepends=True)[fence.begin:fence.end - 1])
+
+
+def _implement(root: Path, exercise_id: str, code: str) -> None:
+    path = root / BY_ID[exercise_id].file
+    (line,) = [ln for ln in path.read_text(encoding="utf-8").splitlines(keepends=True) if f"Exercise {exercise_id}:" in ln]
+    _replace(path, line, code)
+
+
+@pytest.fixture(scope="module")
+def complete(tmp_path_factory):
+    """A student's folder with every exercise done (the reference code), and 1.1's dW doubled."""
+    out = tmp_path_factory.mktemp("complete") / "student"
+    build_edition(out, solved=IDS)
+    _replace(out / BY_ID["1.1"].file, *WRONG_DW)
+    return out
+
+
+def _by_exercise(doc: dict) -> dict:
+    scores = {}
+    for t in doc["tests"]:
+        assert set(t) >= {"name", "number", "score", "max_score", "output", "status"}, t
+        assert 0 <= t["score"] <= t["max_score"] and isinstance(t["output"], str), t
+        assert t["name"].split(" ")[0] == t["number"].rsplit(".", 1)[0]
+        s = scores.setdefault(t["number"].rsplit(".", 1)[0], [0.0, 0.0, []])
+        s[0] += t["score"]
+        s[1] += t["max_score"]
+        s[2].append(t)
+    return scores
+
+
+# ---- each exercise on its own, partial credit by case ----------------------------------------
+def test_a_wrong_linear_backward_fails_exercise_1_1_alone(complete, tmp_path):
+    """The teacher's grader on a complete folder with a wrong dW: 1.1 loses the dW cases, nothing else."""
+    results = tmp_path / "results.json"
+    r = _run(["check", "--student", str(complete), "--json", str(results)], ROOT)
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.split(" ")[0] in BY_ID]
+    assert lines[0].startswith("1.1 linear_backward ... FAILED: dW: relative error 5.0e-01"), r.stdout
+    assert all(" ... passed (" in ln for ln in lines[1:]), r.stdout
+    doc = json.loads(results.read_text())
+    scores = _by_exercise(doc)
+    assert list(scores) == IDS
+    for e in EXERCISES:
+        assert scores[e.id][1] == pytest.approx(e.points, abs=1e-3), e.id
+        if e.id != "1.1":
+            assert scores[e.id][0] == pytest.approx(e.points, abs=1e-3), e.id
+    # 1.1's cases: dx, dW and db in three shapes; only the three dW cases fail.
+    cases = scores["1.1"][2]
+    assert len(cases) == 9
+    failed = [t["name"] for t in cases if t["status"] == "failed"]
+    assert len(failed) == 3 and all(": dW [" in n for n in failed), failed
+    assert all("relative error 5.0e-01" in t["output"] for t in cases if t["status"] == "failed")
+    assert scores["1.1"][0] == pytest.approx(5 * 6 / 9, abs=1e-3)
+    assert doc["score"] == pytest.approx(sum(e.points for e in EXERCISES) - 5 * 3 / 9, abs=0.01)
+    assert doc["max_score"] == sum(e.points for e in EXERCISES)
+
+
+def test_without_the_reference_code_swapped_in_the_bug_would_cost_more(complete, monkeypatch):
+    """What the test above proves: 6.2 runs 1.1's code, and passes only because the reference's is swapped in."""
+    assert "1.1" in checks.depends_on("6.2") and "1.1" in checks.depends_on("7.1")
+    assert checks.run_check("6.2", complete, salt=3).status == "passed"
+    monkeypatch.setattr(checks, "reference_swaps", lambda exercise_id: [])
+    result = checks.run_check("6.2", complete, salt=3)
+    assert result.status == "failed" and "dW1" in result.detail, result.line
+    assert 0 < result.score < BY_ID["6.2"].points  # partial: dx and the biases are still right
+
+
+def test_every_check_names_its_cases():
+    """Every exercise is scored by named entries (a tensor or quantity in a case), none lumped together."""
+    from numpytransformer.exercises import reference
+
+    for e in EXERCISES:
+        exp = reference.expected(e.id)
+        entries = list(checks._judge(e.id, exp, exp, 3).entries)
+        assert checks.OTHER not in entries and len(entries) >= 2, (e.id, entries)
+        assert all(entry.endswith("]") and " [" in entry for entry in entries), (e.id, entries)
+
+
+def _mistake(tmp_path: Path, exercise_id: str, old: str, new: str) -> Path:
+    """A complete student folder whose ``exercise_id`` has ``old`` replaced by ``new``."""
+    folder = tmp_path / exercise_id
+    build_edition(folder, solved=[exercise_id])
+    _replace(folder / BY_ID[exercise_id].file, old, new)
+    return folder
+
+
+@pytest.mark.parametrize("exercise_id, old, new, failing, passing", [
+    ("7.2", "dx = dout + self.norm.backward(dsub)", "dx = self.norm.backward(dsub)", "[pre-LN", "[post-LN"),
+    ("9.2", "lengths = np.take_along_axis(lengths, beam, axis=1) + ~was_finished",
+     "lengths = np.take_along_axis(lengths, beam, axis=1) + 1", "beam_search, sentence ", "beam_size 1,"),
+    ("11.1", "std = values.std(ddof=1)", "std = values.std()", "std [", "mean ["),
+    ("12.2", "    u = rng.random()\n", "    u = 0.5\n", "draws of sample_from [", "next_token_probs ["),
+])
+def test_the_back_half_earns_partial_credit_by_case(tmp_path, exercise_id, old, new, failing, passing):
+    """A typical mistake in a new exercise fails the cases it breaks, each named, and no more: what the
+    exercise needs runs as the reference's, and the cases the mistake leaves right keep their share."""
+    result = checks.run_check(exercise_id, _mistake(tmp_path, exercise_id, old, new), salt=5)
+    failed = [entry for entry, passed, _ in result.cases if not passed]
+    assert result.status == "failed" and any(failing in entry for entry in failed), result.cases
+    kept = [passed for entry, passed, _ in result.cases if passing in entry]
+    assert kept and all(kept), result.cases
+    assert 0 < result.score < BY_ID[exercise_id].points, result.score
+
+
+def test_a_file_that_does_not_compile_costs_only_the_exercises_in_it(complete, tmp_path):
+    folder = tmp_path / "student"
+    shutil.copytree(complete, folder)
+    with open(folder / BY_ID["1.1"].file, "a", encoding="utf-8") as f:
+        f.write("\ndef broken(:\n")
+    result = checks.run_check("1.1", folder, salt=3)
+    assert result.status == "failed" and "SyntaxError" in result.detail and result.score == 0, result.line
+    for exercise_id in ("1.2", "6.2", "4.2"):  # 6.2 runs 1.1's code: the reference's, in a file that compiles
+        result = checks.run_check(exercise_id, folder, salt=3)
+        assert result.status == "passed", result.line
+
+
+def test_every_exercise_is_graded_on_its_own_in_an_otherwise_empty_folder(tmp_path):
+    """Only one exercise written (the reference code), everything else still raising: it passes in full."""
+    for e in EXERCISES:
+        if not e.needs:
+            continue
+        folder = tmp_path / e.id
+        build_edition(folder, solved=[e.id])
+        result = checks.run_check(e.id, folder, salt=7)
+        assert result.status == "passed" and result.score == e.points, result.line
+
+
+def test_a_student_edition_grades_with_the_students_own_code_for_what_an_exercise_needs(tmp_path):
+    """A student edition has no reference code to swap in: its self-check says which exercise comes first."""
+    folder = tmp_path / "edition"
+    build_edition(folder, solved=["6.2"])
+    r = _run(["check", "6.2"], folder)
+    assert "6.2 ffn_backward ... not yet implemented (needs Exercise 1.1 first)" in r.stdout, r.stdout
+
+
+# ---- hints in steps ---------------------------------------------------------------------------
+def test_hints_come_in_steps(tmp_path):
+    """1st failure: the tensor and its error; 2nd: the property; the formula only from the teacher's grader,
+    after several failed attempts (counted in the student's folder) or with --hints full."""
+    folder = tmp_path / "edition"
+    build_edition(folder)
+    _implement(folder, "6.1", WRONG_LAYERNORM)
+    variance = FORMULAS["6.1"]["variance"]
+    outputs = [_run(["check", "6.1"], folder).stdout for _ in range(4)]
+    first, second, _, fourth = outputs
+    assert "6.1 layernorm_backward ... FAILED: dx: relative error" in first, first
+    assert "orthogonal" not in first and "missing?" not in first
+    assert "FAILED: dx is not orthogonal to x_hat" in second and "missing?" not in second, second
+    assert variance not in fourth  # the student edition's grader has no formula-level hints
+    assert json.loads((folder / ".grader_attempts.json").read_text()) == {"6.1": 4}
+    teacher = _run(["check", "6.1", "--student", str(folder)], ROOT).stdout  # 4 failed attempts: step 3
+    assert variance in teacher and FORMULAS["6.1"]["dx"] in teacher, teacher
+    (folder / ".grader_attempts.json").write_text("{}")
+    teacher = _run(["check", "6.1", "--student", str(folder)], ROOT).stdout
+    assert "orthogonal" not in teacher and variance not in teacher
+    assert variance in _run(["check", "6.1", "--student", str(folder), "--hints", "full"], ROOT).stdout
+    assert json.loads((folder / ".grader_attempts.json").read_text()) == {}  # the teacher's runs count nothing
+
+
+def test_the_student_edition_holds_no_formula_level_hint(tmp_path):
+    folder = tmp_path / "edition"
+    build_edition(folder)
+    assert (folder / "numpytransformer" / "exercises" / "hints.py").read_text() == STUDENT_EDITION
+    texts = {p: p.read_text(encoding="utf-8") for p in folder.rglob("*")
+             if p.is_file() and p.suffix in (".py", ".md", ".ipynb", ".txt", ".json", ".cfg", ".toml")}
+    formulas = [(e, about, text) for e, d in FORMULAS.items() for about, text in d.items()]
+    assert len(formulas) > 30 and all(len(text) > 10 for _, _, text in formulas)
+    leaks = [f"{e} {about}: {p.relative_to(folder)}" for e, about, text in formulas for p, t in texts.items()
+             if text in t or json.dumps(text)[1:-1] in t]
+    assert not leaks, leaks
+
+
+def test_the_checks_take_their_formula_level_hints_from_hints_py():
+    """A judge passes a hint (the step-3 text) from ``hints.formula``, never as a literal that the student
+    edition's copy of checks.py would show."""
+    import ast
+
+    tree = ast.parse((ROOT / "numpytransformer" / "exercises" / "checks.py").read_text(encoding="utf-8"))
+    literal = []
+    for node in ast.walk(tree):
+        for k in node.keywords if isinstance(node, ast.Call) else ():
+            if k.arg in ("hint", "formula") and isinstance(k.value, (ast.Constant, ast.JoinedStr)) and (
+                    not isinstance(k.value, ast.Constant) or k.value.value):
+                literal.append(f"line {node.lineno}")
+    assert not literal, literal
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "formula"]
+    assert len(calls) > 20
+
+
+# ---- release ----------------------------------------------------------------------------------
+def test_release_writes_only_the_chosen_solutions_into_the_students_folder(tmp_path, capsys):
+    folder = tmp_path / "student"
+    build_edition(folder)
+    _implement(folder, "1.2", _fence_code("1.2").replace("\n", "  # mine\n", 1))  # the student's own 1.2
+    _implement(folder, "4.1", "    out = q  # my attempt at 4.1\n    weights = scale = None\n")  # a wrong 4.1
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert main(["release", "4.1,4.2,5.1", "--into", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "Released into" in out and "4.1, 4.2, 5.1" in out
+    changed = sorted(str(p.relative_to(folder)) for p in before if p.read_bytes() != before[p])
+    assert changed == ["numpytransformer/attention.py", "numpytransformer/multihead.py"], changed
+    attention = (folder / "numpytransformer" / "attention.py").read_text()
+    assert "my attempt at 4.1" not in attention and "BEGIN SOLUTION" not in attention
+    assert "Exercise 4.2:" not in attention
+    multihead = (folder / "numpytransformer" / "multihead.py").read_text()
+    assert "Exercise 5.1:" not in multihead and "Exercise 5.2:" in multihead  # 5.2 was not released
+    # Every line outside the released functions is the student's, in order.
+    old = before[folder / "numpytransformer" / "multihead.py"].decode().splitlines()
+    new = multihead.splitlines()
+    assert [ln for ln in old if "Exercise 5.1:" not in ln] == [ln for ln in new if ln in old]
+    assert "# mine" in (folder / "numpytransformer" / "relu.py").read_text()
+    r = _run(["check"], folder)
+    passed = {ln.split(" ")[0] for ln in r.stdout.splitlines() if " ... passed (" in ln}
+    assert passed == {"1.2", "4.1", "4.2", "5.1"}, r.stdout
+
+
+def test_releasing_every_solution_gives_the_package_that_build_solved_gives(tmp_path, capsys):
+    build_edition(tmp_path / "released")
+    build_edition(tmp_path / "solved", solved=IDS)
+    assert main(["release", ",".join(IDS), "--into", str(tmp_path / "released")]) == 0
+    assert f"Released into {tmp_path / 'released'}: {', '.join(IDS)}" in capsys.readouterr().out
+    for path in sorted((tmp_path / "solved" / "numpytransformer").rglob("*.py")):
+        rel = path.relative_to(tmp_path / "solved")
+        assert (tmp_path / "released" / rel).read_bytes() == path.read_bytes(), rel
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["release", "9.9", "--into", "{folder}"], "9.9"),
+    (["release", "4.1", "--into", "{missing}"], "holds no numpytransformer"),
+    (["release", "", "--into", "{folder}"], "IDS"),
+])
+def test_release_refuses_bad_input_on_one_line(tmp_path, capsys, args, fragment):
+    folder = tmp_path / "student"
+    (folder / "numpytransformer").mkdir(parents=True)
+    (folder / "numpytransformer" / "__init__.py").write_text("")
+    argv = [a.format(folder=folder, missing=tmp_path / "missing") for a in args]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and fragment in err, err
+
+
+# ---- the Gradescope package -------------------------------------------------------------------
+def _gradescope_root(tmp_path: Path, zip_path: Path) -> Path:
+    """Unpack the autograder as Gradescope does: the zip into ROOT/source, run_autograder beside it."""
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(zip_path) as z:
+        z.extractall(root / "source")
+    shutil.copy2(root / "source" / "run_autograder", root / "run_autograder")
+    for name in ("run_autograder", "source/run_autograder", "source/setup.sh"):
+        (root / name).chmod(0o755)
+    (root / "submission").mkdir()
+    return root
+
+
+def _run_autograder(root: Path) -> dict:
+    env = _env()
+    env.update(AUTOGRADER_ROOT=str(root), AUTOGRADER_PYTHON=sys.executable)
+    r = subprocess.run([str(root / "run_autograder")], cwd=str(root.parent), env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads((root / "results" / "results.json").read_text())
+
+
+def test_the_gradescope_zip_grades_a_submission_as_gradescope_runs_it(tmp_path, complete, capsys):
+    zip_path = tmp_path / "autograder.zip"
+    assert main(["gradescope", str(zip_path)]) == 0
+    assert "What students upload" in capsys.readouterr().out
+    with zipfile.ZipFile(zip_path) as z:
+        names = z.namelist()
+        modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
+    assert "setup.sh" in names and "run_autograder" in names
+    assert modes["run_autograder"] & stat.S_IXUSR and modes["setup.sh"] & stat.S_IXUSR
+    assert "numpytransformer/exercises/checks.py" in names and "student_base/numpytransformer/linear.py" in names
+    # setup.sh installs NumPy with pip (not run here); it must at least be valid bash.
+    root = _gradescope_root(tmp_path / "flat", zip_path)
+    assert subprocess.run(["bash", "-n", str(root / "source" / "setup.sh")]).returncode == 0
+
+    # 1. The edited files alone: a right linear.py, a relu_backward that forgets the mask, and a stray file.
+    shutil.copy2(complete / "numpytransformer" / "linear.py", root / "submission" / "linear.py")
+    _replace(root / "submission" / "linear.py", WRONG_DW[1], WRONG_DW[0])
+    edition = tmp_path / "edition"
+    build_edition(edition)
+    _implement(edition, "1.2", "    return dout\n")
+    shutil.copy2(edition / "numpytransformer" / "relu.py", root / "submission" / "relu.py")
+    (root / "submission" / "notes.txt").write_text("hello")
+    doc = _run_autograder(root)
+    scores = _by_exercise(doc)
+    assert list(scores) == IDS and doc["max_score"] == sum(e.points for e in EXERCISES)
+    assert scores["1.1"][0] == pytest.approx(5, abs=1e-3)
+    assert scores["1.2"][0] == 0 and "1.2 relu_backward ... FAILED: dx" in doc["output"]
+    assert all(scores[i][0] == 0 for i in IDS if i != "1.1")
+    assert doc["score"] == pytest.approx(5, abs=0.01)
+    assert "linear.py -> numpytransformer/linear.py" in doc["output"] and "notes.txt" in doc["output"]
+
+    # 2. The whole folder, as a zip: every exercise but 1.1's dW cases.
+    root = _gradescope_root(tmp_path / "whole", zip_path)
+    shutil.make_archive(str(root / "submission" / "mywork"), "zip", complete.parent, complete.name)
+    doc = _run_autograder(root)
+    scores = _by_exercise(doc)
+    assert all(scores[i][0] == pytest.approx(BY_ID[i].points, abs=1e-3) for i in IDS if i != "1.1")
+    assert scores["1.1"][0] == pytest.approx(5 * 6 / 9, abs=1e-3)
+
+
+def test_a_flat_file_whose_name_two_library_files_share_goes_to_the_exercises(tmp_path):
+    """lm.py is exercise 12.3's file and a task's (tasks/lm.py): uploaded alone, it is the exercise's. A name
+    that no exercise settles (reverse.py) is ignored, with a note."""
+    from numpytransformer.exercises.gradescope import find_student_folder
+
+    base = tmp_path / "base"
+    for rel in ("__init__.py", "lm.py", "tasks/lm.py", "tasks/reverse.py", "datasets/reverse.py"):
+        (base / rel).parent.mkdir(parents=True, exist_ok=True)
+        (base / rel).write_text("# the edition's\n")
+    (tmp_path / "submission").mkdir()
+    for name in ("lm.py", "reverse.py"):
+        (tmp_path / "submission" / name).write_text("# mine\n")
+    folder, notes = find_student_folder(tmp_path / "submission", tmp_path / "work", base)
+    assert (folder / BY_ID["12.3"].file).read_text() == "# mine\n"
+    assert (folder / "numpytransformer" / "tasks" / "lm.py").read_text() == "# the edition's\n"
+    assert "lm.py -> numpytransformer/lm.py" in notes[0]
+    assert "reverse.py (more than one file has this name" in notes[-1]
+
+
+def test_a_grader_that_trips_still_writes_results_json(tmp_path, monkeypatch):
+    """Run outside its zip (no student_base/), the autograder cannot lay flat files onto the edition:
+    results.json says so, with no score, rather than leaving Gradescope without a file."""
+    from numpytransformer.exercises.gradescope import autograde
+
+    (tmp_path / "submission").mkdir()
+    (tmp_path / "submission" / "linear.py").write_text("x = 1\n")
+    doc = json.loads(autograde(str(tmp_path)).read_text())
+    assert doc["score"] == 0 and doc["tests"] == [] and doc["output"].startswith("The autograder failed")
+
+
+def test_outputs_a_judge_trips_over_are_a_failure_not_a_crash(monkeypatch):
+    def trips(g, exercise_id, got, exp):
+        g.touch("dx [a case]")
+        if got is not exp:  # the right answer is judged first, to list the cases
+            raise IndexError("odd")
+    monkeypatch.setitem(checks.JUDGES, "pair", trips)
+    result = checks.run_check("1.2")
+    assert result.status == "failed" and "cannot judge" in result.detail and "IndexError: odd" in result.detail
+    assert result.score == 0 and result.cases == (("dx [a case]", False, result.detail),)
+
+
+def test_gradescope_upload_instructions_are_written_down():
+    from numpytransformer.exercises.gradescope import UPLOAD
+
+    guide = (ROOT / "lessons" / "GRADESCOPE.md").read_text(encoding="utf-8")
+    assert UPLOAD in " ".join(guide.split()) and "python -m numpytransformer.exercises gradescope" in guide
+
+
+# ---- the builder's bad paths ------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["parent is a file", "cannot be created"])
+def test_build_into_a_path_that_cannot_be_a_folder_is_one_line(tmp_path, where):
+    if where == "parent is a file":
+        (tmp_path / "afile").write_text("x")
+        out = tmp_path / "afile" / "edition"
+    elif Path("/proc/self").is_dir():
+        out = Path("/proc/nt-no-such-folder/edition")  # /proc refuses new folders, even to root
+    else:
+        pytest.skip("no /proc here, and no other path that refuses a new folder whoever runs the test")
+    r = _run(["build", str(out)], ROOT)
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and str(out) in r.stderr and "Traceback" not in r.stderr, r.stderr
