@@ -19,7 +19,7 @@ import pytest
 
 from numpytransformer.exercises import BY_ID, EXERCISES, checks
 from numpytransformer.exercises.__main__ import main
-from numpytransformer.exercises.fences import build_edition, package_dir
+from numpytransformer.exercises.fences import build_edition, package_dir, release
 from numpytransformer.exercises.hints import FORMULAS, STUDENT_EDITION
 
 ROOT = package_dir().parent
@@ -256,7 +256,10 @@ def test_release_writes_only_the_chosen_solutions_into_the_students_folder(tmp_p
     out = capsys.readouterr().out
     assert "Released into" in out and "4.1, 4.2, 5.1" in out
     changed = sorted(str(p.relative_to(folder)) for p in before if p.read_bytes() != before[p])
-    assert changed == ["numpytransformer/attention.py", "numpytransformer/multihead.py"], changed
+    # The package files of the three, and the lesson cells that hold their solutions (4.2's derivation,
+    # 5.1's reshape), so that the lessons run on; nothing else.
+    assert changed == ["lessons/04_attention.ipynb", "lessons/05_multihead_attention.ipynb",
+                       "numpytransformer/attention.py", "numpytransformer/multihead.py"], changed
     attention = (folder / "numpytransformer" / "attention.py").read_text()
     assert "my attempt at 4.1" not in attention and "BEGIN SOLUTION" not in attention
     assert "Exercise 4.2:" not in attention
@@ -277,9 +280,29 @@ def test_releasing_every_solution_gives_the_package_that_build_solved_gives(tmp_
     build_edition(tmp_path / "solved", solved=IDS)
     assert main(["release", ",".join(IDS), "--into", str(tmp_path / "released")]) == 0
     assert f"Released into {tmp_path / 'released'}: {', '.join(IDS)}" in capsys.readouterr().out
-    for path in sorted((tmp_path / "solved" / "numpytransformer").rglob("*.py")):
+    for path in [*sorted((tmp_path / "solved" / "numpytransformer").rglob("*.py")),
+                 *sorted((tmp_path / "solved" / "lessons").glob("*.ipynb"))]:
         rel = path.relative_to(tmp_path / "solved")
         assert (tmp_path / "released" / rel).read_bytes() == path.read_bytes(), rel
+
+
+def test_release_puts_the_lesson_cells_back_by_id_and_keeps_the_students_own_cells(tmp_path):
+    folder = tmp_path / "student"
+    build_edition(folder)
+    path = folder / "lessons" / "06_layernorm_ffn_residual.ipynb"
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    mine = {"cell_type": "markdown", "id": "mine0001", "metadata": {}, "source": "my answer to question 1"}
+    nb["cells"].insert(0, mine)  # a cell of the student's own shifts every index
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    assert any("06_layernorm" in line for line in release(["6.1"], folder))
+    after = json.loads(path.read_text(encoding="utf-8"))
+    assert after["cells"][0] == mine and len(after["cells"]) == len(nb["cells"])
+    teacher = json.loads((ROOT / "lessons" / path.name).read_text(encoding="utf-8"))
+    hidden = [c["id"] for c in teacher["cells"] if c.get("metadata", {}).get("solution", {}).get("exercise") == "6.1"]
+    build_edition(tmp_path / "solved", solved=["6.1"])  # the cells as an edition with 6.1 solved shows them
+    solved = json.loads((tmp_path / "solved" / "lessons" / path.name).read_text(encoding="utf-8"))
+    by_id = {c["id"]: c for c in after["cells"]}
+    assert hidden and all(by_id[c["id"]] == c for c in solved["cells"])
 
 
 @pytest.mark.parametrize("args, fragment", [

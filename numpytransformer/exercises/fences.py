@@ -40,6 +40,7 @@ Adam must run the student's own pairs.
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import re
 import shutil
@@ -542,6 +543,41 @@ def release(ids, student_dir, pkg: Optional[Path] = None) -> List[str]:
                              f"({e.msg}, line {e.lineno}); nothing was written") from None
     for rel, text in texts.items():
         (student / rel).write_text(text, encoding="utf-8")
+    return done + _release_notebooks(keep, pkg.parent / "lessons", student / "lessons")
+
+
+def _source(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def _release_notebooks(keep, lessons: Path, student_lessons: Path) -> List[str]:
+    """Put the lesson cells that hold the solutions of ``keep`` (fenced, or derivations hidden from the
+    edition) back into the student's notebooks, found by cell id, so that the lessons run on. Every other
+    cell, and any cell the student added, stays as it is."""
+    done = []
+    for src in sorted(lessons.glob("*.ipynb")):
+        target = student_lessons / src.name
+        if not target.is_file():
+            continue
+        teacher = json.loads(src.read_text(encoding="utf-8"))
+        released, held = copy.deepcopy(teacher), copy.deepcopy(teacher)
+        for nb, kept in ((released, keep), (held, ())):
+            hide_derivations(nb, src.name, kept)
+            cut_notebook(nb, src.name, kept)
+        cells = {r["id"]: r for r, h in zip(released["cells"], held["cells"]) if _source(r) != _source(h)}
+        if not cells:
+            continue
+        nb = json.loads(target.read_text(encoding="utf-8"))
+        n = 0
+        for cell in nb["cells"]:
+            if cell.get("id") in cells:
+                cell["source"] = cells[cell["id"]]["source"]
+                if cell.get("cell_type") == "code":
+                    cell["outputs"], cell["execution_count"] = [], None
+                n += 1
+        if n:
+            _write_notebook(target, nb)
+            done.append(f"lessons/{src.name}: {n} cell(s) of the released solutions put back")
     return done
 
 
