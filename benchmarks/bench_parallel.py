@@ -108,7 +108,7 @@ def worker(recipe: str, steps: int, warmup: int) -> None:
 
     comm = world()
     model, task, train, batches = build(recipe)
-    trainer = Trainer(model, task, train, out_dir="/nonexistent", log=lambda msg: None)
+    trainer = Trainer(model, task, train, out_dir="/nonexistent", log=lambda msg: None, comm=comm)
     in_allreduce, waiting = [], []
     sum_gradients = comm.sum_gradients
 

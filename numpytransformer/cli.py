@@ -7,6 +7,7 @@ and ask its task to evaluate, predict, draw or generate.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
@@ -17,7 +18,7 @@ from typing import List, Optional
 from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, read_checkpoint_meta, save_checkpoint
 from .config import SEED_MAX
 from .errors import NumpyTransformerError
-from .parallel import launched_ranks, print_traceback_and_stop, stop_run, world
+from .parallel import launched_rank, launched_ranks, print_traceback_and_stop, stop_run, world
 from .settings import ModelSettings, add_flags, flag_of, given_values, whole_number
 from .tasks.base import TASKS, task_class, task_from_dict
 from .tasks.reverse import ReversalTask, ReverseData
@@ -145,7 +146,7 @@ def cmd_train(args) -> None:
         print(f"reading the {cls.name} data ...", flush=True)
         task = cls(data, model_settings, data_dir=args.data_dir)
     model = task.build_model()
-    trainer = Trainer(model, task, train_cfg, args.out)
+    trainer = Trainer(model, task, train_cfg, args.out, comm=comm)
     if args.resume:
         trainer.resume(doc)
     for title, settings in (("data", task.data), ("model", task.model), ("training", train_cfg)):
@@ -338,8 +339,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
+    """The parsed command line. Under mpiexec every rank parses the same arguments and meets the
+    same error (or ``--help``): rank 0 alone prints it."""
+    if not launched_rank():
+        return build_parser().parse_args(argv)
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
+        return build_parser().parse_args(argv)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = _parse(argv)
+    if launched_ranks() > 1 and args.command != "train":  # each rank would run it, and write, on its own
+        return stop_run(f"error: {args.command} runs in one process, not on {launched_ranks()} ranks: start it "
+                        "without mpiexec (only train runs data-parallel)", 2)
     try:
         return _run(args)
     except Exception:  # under mpiexec: a rank that stops alone would leave the others waiting
@@ -357,6 +370,8 @@ def _run(args) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the final flush is quiet
         except (OSError, ValueError):
             pass
+        if launched_ranks() > 1:  # the other ranks would wait in the next allreduce for ever
+            return stop_run("error: the output was closed (broken pipe)", 141)
         return 141
     except (NumpyTransformerError, OSError, FloatingPointError) as e:
         if os.environ.get("NUMPYTRANSFORMER_DEBUG"):

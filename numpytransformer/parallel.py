@@ -27,11 +27,13 @@ import numpy as np
 
 from .errors import NumpyTransformerError
 
-__all__ = ["world", "launched_ranks", "SingleProcess", "MPIComm", "stop_run", "print_traceback_and_stop"]
+__all__ = ["world", "launched_ranks", "launched_rank", "SingleProcess", "MPIComm", "stop_run", "print_traceback_and_stop"]
 
 #: What MPI launchers set in each rank's environment: the number of ranks (MPICH's hydra,
 #: Open MPI, PMIx launchers).
 SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")
+#: And this process's rank.
+RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
 
 
 def launched_ranks() -> int:
@@ -41,6 +43,11 @@ def launched_ranks() -> int:
         if value.isdigit():
             return int(value)
     return 1
+
+
+def launched_rank() -> int:
+    """This process's rank, read from the MPI launcher's environment (0 without one)."""
+    return next((int(os.environ[v]) for v in RANK_VARIABLES if os.environ.get(v, "").isdigit()), 0)
 
 
 class SingleProcess:
@@ -125,18 +132,16 @@ def stop_run(message: str, code: int) -> int:
     Under MPI a rank that fails must stop the others (:meth:`MPIComm.abort`). An error every
     rank meets (a refused flag) is printed by rank 0 alone: the other ranks wait a second
     before they print, and rank 0's abort ends them first."""
-    ranks = launched_ranks()
-    rank = next((int(os.environ[v]) for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
-                 if os.environ.get(v, "").isdigit()), 0)
-    if ranks > 1 and rank:
+    try:
+        comm = world()  # MPI starts on all ranks together: here, before the wait, not in the abort after it
+    except NumpyTransformerError:  # no MPI to abort with: every rank met the same error and stops
+        comm = SingleProcess()
+    if comm.rank:
         time.sleep(1.0)
     print(message, file=sys.stderr, flush=True)
-    if ranks > 1:
+    if comm.size > 1:
         time.sleep(0.2)  # for mpiexec to forward the line: the abort tears down its pipes
-        try:
-            world().abort(code)
-        except NumpyTransformerError:  # no MPI to abort with: every rank met the same error and stops
-            pass
+        comm.abort(code)
     return code
 
 

@@ -13,10 +13,11 @@ that trains on drops an ``average/`` of the epochs before it.
 Resuming restarts at the epoch after ``last/`` with the weights, the optimiser and the
 dropout generator as they were, so the losses equal an uninterrupted run's.
 
-Under ``mpiexec -n N`` (see :mod:`numpytransformer.parallel`) every rank runs this loop on its
-shard of each batch, the batch flags keeping their meaning as the global batch; the gradients
-are summed before the clip, so every rank takes the same step. Rank 0 alone validates, logs
-and writes; the others receive its metrics.
+Given ``comm=world()`` under ``mpiexec -n N`` (as ``train`` does; see
+:mod:`numpytransformer.parallel`), every rank runs this loop on its shard of each batch, the batch
+flags keeping their meaning as the global batch; the gradients are summed before the clip, so
+every rank takes the same step. Rank 0 alone validates, logs and writes; the others receive its
+metrics. Without ``comm`` a trainer is one process, even under ``mpiexec``.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import numpy as np
 from .checkpoint import atomic_write, average_checkpoints, load_checkpoint, read_checkpoint_meta, save_checkpoint
 from .errors import NumpyTransformerError
 from .optim import Adam, NoamSchedule, clip_grad_norm
-from .parallel import world
+from .parallel import SingleProcess
 from .settings import check_fields, option
 
 __all__ = ["TrainConfig", "Trainer", "kept_epochs", "plot_history", "without_timing"]
@@ -76,11 +77,12 @@ def _fmt_time(seconds: float) -> str:
 
 
 class Trainer:
-    """Train ``model`` on ``task`` with ``cfg``, writing the run into ``out_dir``."""
+    """Train ``model`` on ``task`` with ``cfg``, writing the run into ``out_dir``; ``comm``: the
+    ranks of a data-parallel run (:func:`~numpytransformer.parallel.world`), None for one process."""
 
     def __init__(self, model, task, cfg: TrainConfig, out_dir, log=None, comm=None):
         self.model, self.task, self.cfg = model, task, cfg
-        self.comm = comm or world()  # the ranks of a data-parallel run (one without mpiexec)
+        self.comm = SingleProcess() if comm is None else comm
         self.out_dir = Path(out_dir)
         self.noam = NoamSchedule(model.cfg.d_model, cfg.warmup, cfg.lr_factor)
         self.optimizer = Adam(model.parameters(), lr=self.learning_rate)
@@ -143,8 +145,8 @@ class Trainer:
         try:
             while self.epoch < cfg.epochs:
                 self.model.train()
-                if self.comm.rank:  # rank 0 draws dropout masks as one process does, rank r from its own stream,
-                    # started again each epoch: a resume (at an epoch's end) needs only rank 0's generator
+                if self.comm.rank:  # rank 0 continues the model's (saved) generator; rank r draws from its own
+                    # stream, started again each epoch: a resume (at an epoch's end) on the same N is exact
                     self.model.rng.bit_generator.state = np.random.default_rng(
                         [self.model.cfg.seed, self.comm.rank, self.epoch]).bit_generator.state
                 batches = self.task.train_batches(self.epoch)

@@ -1,5 +1,9 @@
 """Data-parallel training over MPI: 2 ranks make the updates of one process, one writer,
-checkpoints cross rank counts, and a rank that fails or is killed ends the whole run.
+checkpoints cross rank counts, and a rank that fails or is killed ends the whole run; under
+mpiexec only ``train`` runs, and an error is printed once.
+
+With ``-s`` the tests print what they measured: the differences between 2 ranks and one process,
+and how long a fault took to end the run.
 
 The MPI tests start ``mpiexec -n 2`` in a subprocess, with a timeout, on tiny reversal models;
 they skip, saying why, where mpi4py or mpiexec is missing (``pip install -e ".[mpi]"``).
@@ -20,7 +24,8 @@ import pytest
 from numpytransformer.parallel import SingleProcess, launched_ranks, world
 from numpytransformer.settings import ModelSettings
 from numpytransformer.tasks.reverse import ReversalTask, ReverseData
-from numpytransformer.tasks.translate import TranslationTask
+from numpytransformer.tasks.sort import SortTask
+from numpytransformer.tasks.translate import TranslateData, TranslationTask
 from numpytransformer.trainer import without_timing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,8 +38,8 @@ except ImportError:
 needs_mpi = pytest.mark.skipif(not (MPIEXEC and HAVE_MPI4PY), reason="needs mpi4py and an mpiexec on PATH "
                                "(pip install -e \".[mpi]\")")
 
-#: A tiny reversal run: 161 sequences make 5 batches of 32 and one of a single row, which leaves
-#: the second rank without a shard.
+#: A tiny reversal run: 161 sequences make 5 batches of 32 and one of a single row, which goes to
+#: rank 0 and leaves rank 1 without a shard.
 TINY = ["--n-symbols", "8", "--max-len", "6", "--n-train", "161", "--n-val", "20", "--n-test", "20",
         "--batch-size", "32", "--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "32",
         "--warmup", "10", "--log-every", "2", "--cooldown", "0"]
@@ -90,25 +95,44 @@ def test_one_process_needs_no_mpi():
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5])
 def test_shards_cover_each_row_once(size):
-    """The ranks' shards of a batch are its rows, each once, in order; a rank past the rows gets None."""
+    """The ranks' shards of a batch are its rows, each once, interleaved: rank r holds rows r,
+    r + N, ...; a rank past the rows gets None."""
     task = ReversalTask(ReverseData(n_train=10, n_val=4, n_test=4), ModelSettings())
     batch = [np.array([i]) for i in range(3)]
     shards = [task.shard(batch, r, size) for r in range(size)]
-    rows = [int(s[0]) for shard in shards if shard is not None for s in shard]
-    assert rows == [0, 1, 2]
+    for r, shard in enumerate(shards):
+        assert [int(s[0]) for s in shard or []] == list(range(r, 3, size))
     assert sum(shard is None for shard in shards) == max(size - 3, 0)
     split, idx = "train", np.arange(7)
     translation = object.__new__(TranslationTask)  # sharding reads no data
     parts = [translation.shard((split, idx), r, size) for r in range(size)]
-    assert np.array_equal(np.concatenate([p[1] for p in parts if p is not None]), idx)
-    assert all(p is None or p[0] == split for p in parts)
+    assert np.array_equal(np.sort(np.concatenate([p[1] for p in parts if p is not None])), idx)
+    assert all(p is None or (p[0] == split and np.array_equal(p[1], idx[r::size])) for r, p in enumerate(parts))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ReversalTask(ReverseData(n_train=200, n_val=4, n_test=4), ModelSettings()),
+    lambda: ReversalTask(ReverseData(n_train=200, n_val=4, n_test=4, formulation="tagger"), ModelSettings()),
+    lambda: SortTask(ReverseData(n_train=200, n_val=4, n_test=4), ModelSettings()),
+    lambda: TranslationTask(TranslateData(n_train=200, n_val=10, n_test=10, max_number=999, min_freq=1),
+                            ModelSettings()),
+], ids=["reverse", "tagger", "sort", "translate"])
+def test_target_counts_from_lengths_equal_the_padded_counts(make):
+    """The trainer counts each batch's targets at every update of a data-parallel run: the tasks
+    that pad count from lengths, and get the non-pad targets of the padded batch."""
+    task = make()
+    for batch in task.train_batches(0)[:3]:
+        targets = task.batch_arrays(batch)[1]
+        assert task.target_count(batch) == int((targets != task.target_pad).sum())
+        shard = task.shard(batch, 1, 3)
+        assert task.target_count(shard) == int((task.batch_arrays(shard)[1] != task.target_pad).sum())
 
 
 # ---- 2 ranks make one process's updates ------------------------------------------------------
 EQUALITY_SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np
-    from numpytransformer.parallel import world
+    from numpytransformer.parallel import SingleProcess, world
     from numpytransformer.settings import ModelSettings
     from numpytransformer.tasks.reverse import ReversalTask, ReverseData
     from numpytransformer.trainer import TrainConfig, Trainer
@@ -116,8 +140,9 @@ EQUALITY_SCRIPT = textwrap.dedent("""
     out = sys.argv[1]
     task = ReversalTask(ReverseData(n_symbols=8, max_len=6, n_train=161, n_val=20, n_test=20, batch_size=32),
                         ModelSettings(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0, dtype="float64"))
-    trainer = Trainer(task.build_model(), task, TrainConfig(epochs=2, warmup=5, accum_steps=2, clip_norm=0.5,
-                                                            log_every=10 ** 6), out, log=lambda m: None)
+    cfg = TrainConfig(epochs=2, warmup=5, accum_steps=2, clip_norm=0.5, log_every=10 ** 6)
+    assert isinstance(Trainer(task.build_model(), task, cfg, out).comm, SingleProcess)  # MPI only when asked
+    trainer = Trainer(task.build_model(), task, cfg, out, log=lambda m: None, comm=world())
     losses, step = [], trainer.train_step
     trainer.train_step = lambda group: (lambda r: (losses.append(r[0]), r)[1])(step(group))
     trainer.fit()
@@ -130,7 +155,8 @@ EQUALITY_SCRIPT = textwrap.dedent("""
 @needs_mpi
 def test_two_ranks_make_the_updates_of_one_process(tmp_path):
     """float64, no dropout, --accum 2, clipping on, a batch of one row: the per-update losses and
-    the final weights of 2 ranks equal one process's to 1e-10 relative (seen: 3e-16 and 1e-15)."""
+    the final weights of 2 ranks equal one process's to 1e-10 relative (printed with -s). Under
+    mpiexec a Trainer built without ``comm`` is one process."""
     script = tmp_path / "equal.py"
     script.write_text(EQUALITY_SCRIPT)
     runs = {}
@@ -145,6 +171,14 @@ def test_two_ranks_make_the_updates_of_one_process(tmp_path):
     assert len(one["losses"]) == len(two["losses"]) == 6  # 2 epochs of 6 batches, 2 a group
     np.testing.assert_allclose(two["losses"], one["losses"], rtol=1e-10, atol=0)
     _assert_same_weights(dict(w1), dict(w2))
+    losses = np.abs(np.subtract(two["losses"], one["losses"])) / np.abs(one["losses"])
+    weights = max(np.abs(w2[k] - w1[k]).max() / np.abs(w1[k]).max() for k in w1.files if not k.endswith("b_k"))
+    b_k = [k for k in w1.files if k.endswith("b_k")]
+    size = max(np.abs(w[k]).max() for w in (w1, w2) for k in b_k)
+    moved = max(np.abs(w2[k] - w1[k]).max() for k in b_k)
+    print(f"\n2 ranks against 1 process: per-update losses differ by at most {losses.max():.1e} (relative), "
+          f"final weights by at most {weights:.1e} (per tensor, relative to its largest entry; b_k excepted); "
+          f"b_k at most {size:.1e} in either run, differing by at most {moved:.1e}")
 
 
 @needs_mpi
@@ -187,10 +221,53 @@ def test_dropout_resume_is_exact_on_the_same_ranks(tmp_path):
     h1, h2 = (json.loads((d / "history.json").read_text()) for d in (whole, split))
     assert [s["loss"] for s in h1["steps"]] == [s["loss"] for s in h2["steps"]]
     assert [without_timing(e) for e in h1["epochs"]] == [without_timing(e) for e in h2["epochs"]]
-    one = _train(tmp_path / "one", "--dropout", "0.2", "--epochs", "1", ranks=1)
-    assert one.returncode == 0
-    first = json.loads((tmp_path / "one" / "history.json").read_text())["steps"][0]["loss"]
-    assert first != h1["steps"][0]["loss"]  # rank 1's masks are not rank 0's: the loss differs
+
+
+DRAWS_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from numpytransformer import cli
+    from numpytransformer.parallel import launched_rank
+    from numpytransformer.trainer import Trainer
+
+    draws, step = {}, Trainer.train_step
+
+    def recording(self, group):  # what this rank's dropout generator draws next, at each epoch's first update
+        if self.epoch not in draws:
+            copy = np.random.default_rng()
+            copy.bit_generator.state = self.model.rng.bit_generator.state
+            draws[self.epoch] = copy.random(4).tolist()
+        return step(self, group)
+
+    Trainer.train_step = recording
+    code = cli.main(["train", "reverse", *sys.argv[2:]])
+    with open(f"{sys.argv[1]}/draws{launched_rank()}.json", "w") as f:
+        json.dump(draws, f)
+    sys.exit(code)
+""")
+
+
+@needs_mpi
+def test_each_rank_draws_its_own_dropout_masks(tmp_path):
+    """At the first update of every epoch, rank 1's dropout generator is not rank 0's (a rank 1 that
+    reused rank 0's stream would drop the same units of its rows); rank 0's starts where one
+    process's does."""
+    script = tmp_path / "draws.py"
+    script.write_text(DRAWS_SCRIPT)
+    draws = {}
+    for ranks in (1, 2):
+        folder = tmp_path / f"ranks{ranks}"
+        folder.mkdir()
+        r = _run([str(script), str(folder), *TINY, "--dropout", "0.2", "--epochs", "2", "--out", str(folder / "run")],
+                 ranks)
+        assert r.returncode == 0, r.stderr
+        draws[ranks] = [json.loads((folder / f"draws{rank}.json").read_text()) for rank in range(ranks)]
+    (one,), (rank0, rank1) = draws[1], draws[2]
+    assert sorted(rank0) == sorted(rank1) == ["0", "1"]
+    for epoch in rank0:
+        assert rank0[epoch] != rank1[epoch], epoch
+    assert rank1["0"] != rank1["1"]  # started again each epoch, from the epoch
+    assert rank0["0"] == one["0"]
 
 
 # ---- faults -------------------------------------------------------------------------------------
@@ -209,6 +286,8 @@ FAIL_SCRIPT = textwrap.dedent("""
         if world().rank == 1:
             if how == "raise":
                 raise NumpyTransformerError("batch 0: a bad sequence on rank 1")
+            if how == "pipe":
+                raise BrokenPipeError(32, "Broken pipe")
             loss = float("nan")
         return loss, n, dlogits
 
@@ -221,6 +300,7 @@ FAIL_SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize("how, message", [
     ("raise", "error: batch 0: a bad sequence on rank 1"),  # only rank 1 fails: rank 0 waits in the allreduce
     ("nan", "error: the loss became nan: training diverged"),  # every rank sees the summed loss
+    ("pipe", "error: the output was closed (broken pipe)"),  # as when rank 0 prints into "| head"
 ])
 def test_a_rank_that_raises_stops_every_rank(tmp_path, how, message):
     script = tmp_path / "fail.py"
@@ -228,16 +308,40 @@ def test_a_rank_that_raises_stops_every_rank(tmp_path, how, message):
     start = time.perf_counter()
     r = _run([str(script), how, *TINY, "--out", str(tmp_path / "run")], timeout=60)
     seconds = time.perf_counter() - start
-    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.returncode == (141 if how == "pipe" else 2), (r.returncode, r.stderr)
     assert r.stderr.count(message) == 1, r.stderr
     assert seconds < 30
+    print(f"\n{how} on rank 1: mpiexec exited {seconds:.2f} s after the launch, status {r.returncode}")
 
 
 @needs_mpi
 def test_a_refused_flag_is_one_line_on_two_ranks(tmp_path):
+    start = time.perf_counter()
     r = _train(tmp_path / "nothing", "--resume")
     assert r.returncode == 2
     assert r.stderr.count("error: --resume:") == 1, r.stderr
+    print(f"\nrefused flag: mpiexec exited {time.perf_counter() - start:.2f} s after the launch")
+
+
+@needs_mpi
+def test_a_parse_error_is_printed_once_on_two_ranks(tmp_path):
+    """argparse's usage and error: every rank parses the same flags, rank 0 alone prints."""
+    r = _train(tmp_path / "nothing", "--heads", "abc")
+    assert r.returncode == 2
+    assert r.stderr.count("usage:") == 1 and r.stderr.count("error: argument --heads") == 1, r.stderr
+
+
+@needs_mpi
+@pytest.mark.parametrize("command", ["eval", "sweep"])
+def test_only_train_runs_under_mpiexec(tmp_path, command):
+    """Another command on 2 ranks is refused with one line: each rank would run it on its own (and
+    write the same files)."""
+    out = tmp_path / "out"
+    argv = {"eval": ["--checkpoint", str(out)], "sweep": ["--epochs", "1", "--n-train", "20", "--out", str(out)]}
+    r = _run(["-m", "numpytransformer", command, *argv[command]])
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count(f"error: {command} runs in one process, not on 2 ranks") == 1, r.stderr
+    assert not out.exists()
 
 
 def _rank_pid(out_dir, rank):
@@ -279,6 +383,7 @@ def test_a_killed_rank_ends_the_run_and_last_resumes(tmp_path, victim):
             proc.wait()
     assert proc.returncode != 0
     assert seconds < 10, seconds
+    print(f"\nSIGKILL to rank {victim}: mpiexec exited {seconds:.3f} s later, status {proc.returncode}")
     assert not [p for p in (_rank_pid(out, 0), _rank_pid(out, 1)) if p]  # no rank left behind
     r = _run(["-m", "numpytransformer", "eval", "--checkpoint", str(out / "last"), "--n", "20"], ranks=1)
     assert r.returncode == 0, r.stderr

@@ -104,16 +104,19 @@ class Task(ABC):
         return loss, counted, dlogits
 
     def target_count(self, batch) -> int:
-        """The targets whose mean loss :meth:`train_step_loss` differentiates: the non-pad ones."""
+        """The targets whose mean loss :meth:`train_step_loss` differentiates: the non-pad ones.
+        The trainer counts every batch of a data-parallel run at every update: a task whose
+        batch is padded here counts from its lengths instead."""
         targets = self.batch_arrays(batch)[1]
         return targets.size if self.target_pad is None else int((targets != self.target_pad).sum())
 
     def shard(self, batch, rank: int, size: int):
         """Rank ``rank``'s share of a training batch split among ``size`` ranks for data-parallel
-        training: its rows ``rank * B // size`` to ``(rank + 1) * B // size``; None when that is
-        none (a batch of fewer rows than ranks)."""
-        lo, hi = rank * len(batch) // size, (rank + 1) * len(batch) // size
-        return batch[lo:hi] if hi > lo else None
+        training: its rows ``rank``, ``rank + size``, ``rank + 2 * size``, ...; None when there are
+        none (a batch of fewer rows than ranks). Interleaved rather than in blocks: a batch cut from
+        length-sorted buckets would give its longest rows all to the last rank."""
+        rows = batch[rank::size]
+        return rows if len(rows) else None
 
     def input_tokens(self, batch) -> int:
         """Tokens the model reads in a batch, for a task whose :attr:`count_unit` is something

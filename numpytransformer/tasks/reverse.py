@@ -112,6 +112,10 @@ class ReversalTask(Task):
         tgt_in, tgt_out = teacher_forcing(targets, BOS, EOS, PAD)
         return (pad_batch(seqs, PAD), tgt_in), tgt_out
 
+    def target_count(self, seqs) -> int:
+        """From the lengths, without padding: a target is as long as its sequence, plus EOS in seq2seq."""
+        return sum(len(s) for s in seqs) + (len(seqs) if self.data.formulation == "seq2seq" else 0)
+
     def build_model(self):
         # seq2seq targets are BOS + reversed: one longer than the input; one position spare.
         cfg = TransformerConfig(src_vocab_size=self.spec.vocab_size, max_len=self.data.max_len + 2, pad_id=PAD,

@@ -147,6 +147,10 @@ class SentimentTask(Task):
         ids, labels = self.split_ids("train")
         return (pad_or_unk([ids[i] for i in idx], PAD, UNK),), labels[idx]
 
+    def target_count(self, idx) -> int:
+        """One label a review, without padding the reviews."""
+        return len(idx)
+
     def input_tokens(self, idx) -> int:
         ids = self.split_ids("train")[0]
         return int(sum(max(len(ids[i]), 1) for i in idx))

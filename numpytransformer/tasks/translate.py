@@ -180,6 +180,12 @@ class TranslationTask(Task):
         tgt_in, tgt_out = teacher_forcing([tgt[i] for i in idx], BOS, EOS, PAD)
         return (pad_batch([src[i] for i in idx], PAD), tgt_in), tgt_out
 
+    def target_count(self, batch) -> int:
+        """From the lengths, without padding: each target sentence and its EOS."""
+        split, idx = batch
+        tgt = self.split_ids(split)[1]
+        return sum(len(tgt[i]) + 1 for i in idx)
+
     # ---- decoding and BLEU ------------------------------------------------------------------
     def translate_ids(self, model, src: Sequence[np.ndarray], beam: int = 1, length_penalty: float = 0.6):
         """Decoded target ids for source id arrays, batched by length, in the input's order."""
