@@ -8,8 +8,9 @@ machine's drift hits both alike. A run times ``--steps`` updates of :meth:`Train
 ``--warmup`` untimed ones; the time inside the allreduce (packing the flat buffer included) is
 timed apart, and so is the wait for the slower rank before it (a barrier, in this benchmark
 only). Reported: target tokens per second (non-pad targets of the global batch, per second
-of updates; the median over rounds), the 2-rank speed-up, the allreduce's time and share of
-a step, and the wait.
+of updates; the median over rounds), the speed-up over the 2-thread process, the allreduce's
+time and share of a step, and the wait. A third side, one process with one thread, shows what
+each kind of parallelism gains over a single core.
 
 The recipes, at their shapes:
 
@@ -42,7 +43,9 @@ import time
 
 MARKER = "@@RESULT@@ "
 RECIPES = ("reversal", "translation", "lm")
-SIDES = {"1 process x 2 threads": (1, 2), "2 ranks x 1 thread": (2, 1)}
+# The third side, one thread in one process, is the baseline of both kinds of parallelism: it shows
+# how much of the second core the threads already use, which bounds what the ranks can add.
+SIDES = {"1 process x 2 threads": (1, 2), "2 ranks x 1 thread": (2, 1), "1 process x 1 thread": (1, 1)}
 
 
 class Batches:
@@ -174,7 +177,7 @@ def main() -> None:
     for recipe in args.recipes:
         runs = {side: [] for side in SIDES}
         for k in range(args.rounds):
-            for side in (SIDES if k % 2 == 0 else reversed(list(SIDES))):
+            for side in (list(SIDES) if k % 2 == 0 else list(reversed(list(SIDES)))):
                 runs[side].append(run_side(recipe, *SIDES[side], args.steps, args.warmup))
         base = None
         for side, rs in runs.items():
