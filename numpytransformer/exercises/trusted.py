@@ -388,7 +388,7 @@ def pad_lists(lists, width: int) -> np.ndarray:
     return out
 
 
-#: Seed lists for 11.1 (the last one has more than 30 seeds: the interval uses 1.96).
+#: Seed lists for 11.1 (the last one has more than 31 seeds: t_quantile goes past its table).
 SEED_LISTS = ((3, 1, 4), (10, 20), tuple(range(7)), tuple(range(100, 135)))
 
 
