@@ -25,11 +25,11 @@ short training run equal on both paths. What they do differently:
 Multi-head attention (:func:`multihead_attention_forward`, :func:`multihead_attention_backward`)
 is written out again here, line for line the pair of ``multihead.py`` with the fast linear and
 attention forms inside, rather than the pair taking its inner functions as arguments. The pair
-is what a student reads and, in exercise 5.2, writes: its body calls ``linear_backward`` and
-``attention_backward`` by their plain names, and the grader puts the reference code in place of
-exactly those names (``exercises/probe.swap_in``) so that 5.2 is graded on its own. Inner
-functions passed in, or bound as defaults at import, would put an indirection in the student's
-function and escape that swap. ``tests/test_fast.py`` keeps the two equal.
+is what a student reads and, in exercise 5.2, writes: its body calls the linear and attention
+pairs by their plain names, and the grader puts its reference code in place of exactly those
+names (``exercises/probe.swap_in``) so that 5.2 is graded on its own. Inner functions passed
+in, or bound as defaults at import, would add an indirection to the student's function and
+escape that swap. ``tests/test_fast.py`` keeps the two equal.
 
 The switch: the Modules look their functions up in :data:`~numpytransformer.module.FAST_FORMS`,
 which :func:`use_fast` fills or empties. ``use_fast(False)`` (or ``with textbook():``) makes

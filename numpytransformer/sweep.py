@@ -148,7 +148,7 @@ def t_quantile(df: int) -> float:
     Up to 30 from the table; past it from the first terms of the expansion of t about the
     normal's quantile z (Abramowitz and Stegun 26.7.5), within 1e-4 at df = 31 and closer beyond:
 
-    .. math:: t_{0.975,\,\nu} \approx z + \frac{z^3 + z}{4\nu} + \frac{5z^5 + 16z^3 + 3z}{96\nu^2}
+    .. math:: t_{0.975,\\,\\nu} \\approx z + \\frac{z^3 + z}{4\\nu} + \\frac{5z^5 + 16z^3 + 3z}{96\\nu^2}
     """
     if isinstance(df, bool) or not isinstance(df, (int, np.integer)) or df < 1:
         raise NumpyTransformerError(f"df must be a whole number >= 1, got {df!r}")

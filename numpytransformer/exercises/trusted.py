@@ -388,7 +388,7 @@ def pad_lists(lists, width: int) -> np.ndarray:
     return out
 
 
-#: Seed lists for 11.1 (the last one has more than 31 seeds: t_quantile goes past its table).
+#: Seed lists for 11.1 (the last one has 35 seeds: t_quantile goes past its table of 30 degrees of freedom).
 SEED_LISTS = ((3, 1, 4), (10, 20), tuple(range(7)), tuple(range(100, 135)))
 
 
