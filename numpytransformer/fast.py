@@ -22,6 +22,15 @@ short training run equal on both paths. What they do differently:
 - **The KV cache grown in a buffer with room** (:func:`append_positions`) instead of copied
   at every decoding step.
 
+Multi-head attention (:func:`multihead_attention_forward`, :func:`multihead_attention_backward`)
+is written out again here, line for line the pair of ``multihead.py`` with the fast linear and
+attention forms inside, rather than the pair taking its inner functions as arguments. The pair
+is what a student reads and, in exercise 5.2, writes: its body calls the linear and attention
+pairs by their plain names, and the grader puts its reference code in place of exactly those
+names (``exercises/probe.swap_in``) so that 5.2 is graded on its own. Inner functions passed
+in, or bound as defaults at import, would add an indirection to the student's function and
+escape that swap. ``tests/test_fast.py`` keeps the two equal.
+
 The switch: the Modules look their functions up in :data:`~numpytransformer.module.FAST_FORMS`,
 which :func:`use_fast` fills or empties. ``use_fast(False)`` (or ``with textbook():``) makes
 the whole model, the loss and Adam run on the textbook pairs; the environment variable
@@ -308,11 +317,13 @@ def append_positions(cached: np.ndarray, new: np.ndarray, room: int = 0) -> np.n
     return buf[:, :, :T + n]
 
 
-#: textbook pair -> its fast form above; what :func:`use_fast` puts into ``module.FAST_FORMS``.
+#: textbook pair -> its fast form above, for each function a Module or the loss looks up
+#: (:func:`~numpytransformer.module.fast_or_textbook`); what :func:`use_fast` puts into
+#: ``module.FAST_FORMS``. The fast :func:`attention_backward` is not here: no Module runs the
+#: attention pair alone, only inside :func:`multihead_attention_backward`, which calls it directly.
 PAIRS = {
     linear.linear_forward: linear_forward,
     attention.attention_forward: attention_forward,
-    attention.attention_backward: attention_backward,
     multihead.multihead_attention_forward: multihead_attention_forward,
     multihead.multihead_attention_backward: multihead_attention_backward,
     multihead.append_positions: append_positions,

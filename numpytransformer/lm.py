@@ -43,7 +43,7 @@ def prefix_mask(T: int, offset: int) -> np.ndarray:
 
 
 class LMLossCache(NamedTuple):
-    probs: np.ndarray  # (B, T, V) softmax of the logits, float64
+    probs: np.ndarray  # (B, T, V) softmax of the logits, of the logits' dtype
     targets: np.ndarray  # (B, T) the id that follows each position
 
 
@@ -76,7 +76,7 @@ def lm_loss_forward(logits: np.ndarray, ids: np.ndarray):
                                     f"logits' positions), got {ids.dtype} of shape {ids.shape}")
     ### BEGIN SOLUTION 12.3: the mean next-token loss (targets: ids shifted by one) and its gradient dlogits
     targets = ids[:, 1:]  # (B, T): what follows each position
-    logp = log_softmax(np.asarray(logits, dtype=np.float64))
+    logp = log_softmax(np.asarray(logits))  # in the logits' dtype: the max subtracted, nothing overflows
     loss = -float(np.take_along_axis(logp, targets[..., None], axis=-1).mean())
     cache = LMLossCache(np.exp(logp), targets)
     ### END SOLUTION
@@ -89,7 +89,8 @@ def lm_loss_backward(dloss: float, cache: LMLossCache) -> np.ndarray:
     dlogits = cache.probs.copy()
     B, T = cache.targets.shape
     dlogits[np.arange(B)[:, None], np.arange(T)[None, :], cache.targets] -= 1.0
-    return dloss * dlogits / (B * T)
+    dlogits *= dloss / (B * T)  # in place: dlogits keeps the logits' dtype, whatever the type of dloss
+    return dlogits
     ### END SOLUTION
 
 

@@ -5,8 +5,8 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from . import fast
 from .errors import NumpyTransformerError
+from .module import FAST_FORMS
 from .validation import check_int, check_real
 
 __all__ = ["Adam", "NoamSchedule", "clip_grad_norm", "global_norm"]
@@ -107,8 +107,10 @@ class Adam:
                                  f"expected shape {p.shape} and dtype {p.dtype} like the parameter")
         self.t += 1
         lr = self.current_lr(self.t)
-        if fast.enabled():  # the same update, in one reused scratch array (fast.adam_step)
-            fast.adam_step(self, grads, lr)
+        if FAST_FORMS:  # the fast path is on (fast.use_fast fills FAST_FORMS): the same update, one scratch array
+            from .fast import adam_step  # here, not at the top: fast.py sits beside the pairs and imports them
+
+            adam_step(self, grads, lr)
             return lr
         b1, b2, eps, t = self.beta1, self.beta2, self.eps, self.t
         ### BEGIN SOLUTION 8.2: update the moments self.m, self.v and every parameter in place, bias-corrected

@@ -135,3 +135,26 @@ def test_cli_page_shows_every_command_and_task():
     from numpytransformer.tasks.base import TASKS
     for task in TASKS:
         assert f"train {task}" in text, task
+
+
+def _package_imports(path: Path) -> set:
+    """The numpytransformer modules a file imports at module level (``from . import x``, ``from .x import y``)."""
+    import ast
+
+    found = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
+    return found
+
+
+def test_the_architecture_section_is_true_of_the_imports():
+    """README's Architecture: a pair's file imports only pairs, module.py and the helpers; only the
+    package's __init__.py imports fast.py (which imports multihead.py, a layer further down)."""
+    pkg = ROOT / "numpytransformer"
+    pairs = {"linear", "relu", "dropout", "embedding", "positional", "softmax", "attention", "layernorm",
+             "feedforward", "losses", "optim"}
+    for name in sorted(pairs):
+        assert _package_imports(pkg / f"{name}.py") <= pairs | {"module", "errors", "validation"}, name
+    importers = {p.stem for p in pkg.glob("*.py") if "fast" in _package_imports(p)}
+    assert importers == {"__init__"}, importers

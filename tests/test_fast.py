@@ -60,11 +60,12 @@ def normal(rng, shape, dtype, scale=1.0):
 
 # ---- 1. each fast form against its pair ------------------------------------------------------------
 def test_every_fast_form_is_registered_for_its_pair():
-    """What use_fast(True) installs: one fast form per pair function that has one, and only those."""
+    """What use_fast(True) installs: one fast form per pair function a Module or the loss looks up, and only
+    those (the fast attention_backward runs inside the fast multi-head backward, not through the switch)."""
     assert fast.enabled() and FAST_FORMS == fast.PAIRS
     names = {(pair.__module__.rsplit(".", 1)[1], pair.__name__) for pair in fast.PAIRS}
     assert names == {("linear", "linear_forward"), ("attention", "attention_forward"),
-                     ("attention", "attention_backward"), ("multihead", "multihead_attention_forward"),
+                     ("multihead", "multihead_attention_forward"),
                      ("multihead", "multihead_attention_backward"), ("multihead", "append_positions"),
                      ("layernorm", "layernorm_forward"), ("losses", "softmax_cross_entropy_forward"),
                      ("losses", "softmax_cross_entropy_backward")}
@@ -330,6 +331,29 @@ def test_the_switch_decides_what_the_modules_run(monkeypatch):
     assert fast.enabled() and FAST_FORMS == fast.PAIRS  # switched back on: every fast form in place
     with pytest.raises(NumpyTransformerError, match="use_fast takes True or False"):
         fast.use_fast("no")
+
+
+def test_every_registered_pair_is_looked_up(monkeypatch):
+    """Each pair in fast.PAIRS is one the switch is asked about (module.fast_or_textbook) by a training step
+    of the Transformer and a greedy decoding with the KV cache: an entry nothing looks up is dead."""
+    from numpytransformer import module
+    from numpytransformer.decoding import greedy_decode
+
+    looked_up = set()
+
+    class Recording(dict):
+        def get(self, key, default=None):
+            looked_up.add(key)
+            return super().get(key, default)
+
+    monkeypatch.setattr(module, "FAST_FORMS", Recording(FAST_FORMS))
+    model = small_transformer()
+    (src, tgt_in), tgt_out = seq2seq_batch()
+    loss, dlogits = cross_entropy(model.forward(src, tgt_in), tgt_out, pad_id=PAD)
+    model.backward(dlogits)
+    greedy_decode(model, src, 5, bos_id=1, eos_id=2)
+    never = sorted(f"{f.__module__}.{f.__name__}" for f in fast.PAIRS if f not in looked_up)
+    assert never == []
 
 
 @pytest.mark.parametrize("value, on", [("0", False), ("1", True), ("", True)])

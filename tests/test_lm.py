@@ -579,6 +579,24 @@ def test_lm_loss_is_the_loss_the_language_model_trains_on():
     assert errors["logits"] < 1e-7
 
 
+@pytest.mark.parametrize("dloss", [1.0, np.float64(0.5)])
+def test_lm_loss_keeps_the_logits_dtype(dloss):
+    """A float32 model gets float32 dlogits (its backward would otherwise run in float64), equal to
+    the float64 computation to float32's precision; a loss of large logits stays finite."""
+    from numpytransformer.lm import lm_loss_backward, lm_loss_forward
+
+    rng = np.random.default_rng(5)
+    z = rng.standard_normal((2, 3, 7)) * 30
+    ids = rng.integers(0, 7, size=(2, 4))
+    loss64, cache64 = lm_loss_forward(z, ids)
+    loss32, cache32 = lm_loss_forward(z.astype(np.float32), ids)
+    d32 = lm_loss_backward(dloss, cache32)
+    assert cache32.probs.dtype == np.float32 and d32.dtype == np.float32
+    assert lm_loss_backward(dloss, cache64).dtype == np.float64
+    assert np.isfinite(loss32) and abs(loss32 - loss64) < 1e-5 * abs(loss64)
+    assert rel_error(d32.astype(np.float64), lm_loss_backward(dloss, cache64)) < 1e-5
+
+
 @pytest.mark.parametrize("logits_shape, ids, name", [
     ((2, 3, 5), np.zeros((2, 3), dtype=np.int64), "ids"),          # not one longer than the logits
     ((2, 3, 5), np.zeros((2, 4)), "ids"),                          # float ids

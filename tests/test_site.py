@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,12 @@ def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("site")
     assert build_site.main(["1", "2", "--out", str(out)]) == 0
     return out
+
+
+@pytest.fixture
+def broken(site, tmp_path):
+    """A copy of the built site, for a test to break."""
+    return shutil.copytree(site, tmp_path / "broken")
 
 
 def test_index_links_every_lesson_in_order(site):
@@ -102,11 +109,7 @@ def test_formulas_are_mathml_and_nothing_is_fetched(site):
     assert "mathjax" not in text.lower()
 
 
-def test_check_site_finds_raw_latex_an_external_script_and_a_missing_link(site, tmp_path):
-    broken = tmp_path / "broken"
-    broken.mkdir()
-    for p in site.iterdir():
-        (broken / p.name).write_bytes(p.read_bytes())
+def test_check_site_finds_raw_latex_an_external_script_and_a_missing_link(site, broken):
     first, second = json.loads((site / "site.json").read_text(encoding="utf-8"))[:2]
     page = broken / first["page"]
     text = page.read_text(encoding="utf-8")
@@ -169,11 +172,7 @@ def test_every_page_shows_the_figures_its_notebook_made(site):
     assert build_site.check_site(site) == []
 
 
-def test_check_site_finds_a_missing_figure_and_a_missing_page(site, tmp_path):
-    broken = tmp_path / "broken"
-    broken.mkdir()
-    for p in site.iterdir():
-        (broken / p.name).write_bytes(p.read_bytes())
+def test_check_site_finds_a_missing_figure_and_a_missing_page(site, broken):
     first, second = json.loads((site / "site.json").read_text(encoding="utf-8"))[:2]
     page = broken / first["page"]
     page.write_text(page.read_text(encoding="utf-8").replace('src="data:image/png', 'src="missing.png', 1),

@@ -185,14 +185,14 @@ def probe_bleu(lib, module, names, exercise_id) -> dict:
     return out
 
 
-def build_encoder_layer(lib, norm_first: bool):
-    """The library's EncoderLayer with the check's parameters, in training mode, and its input."""
-    spec = trusted.ENCODER_LAYER
+def build_layer(lib, cls: str, spec: dict, norm_first: bool):
+    """The library's ``layers.<cls>`` (EncoderLayer or DecoderLayer) as ``spec`` (trusted.ENCODER_LAYER or
+    trusted.DECODER_LAYER) says, with the check's parameters, in training mode (dropout on)."""
     init_rng, drop_rng = lib("models").make_rngs(spec["seed"])
-    layer = lib("layers").EncoderLayer(spec["d_model"], spec["n_heads"], spec["d_ff"], spec["dropout"], init_rng,
-                                       drop_rng, norm_first=norm_first).train()
+    layer = getattr(lib("layers"), cls)(spec["d_model"], spec["n_heads"], spec["d_ff"], spec["dropout"], init_rng,
+                                        drop_rng, norm_first=norm_first).train()
     params = layer.parameters()
-    for name, value in trusted.encoder_layer_params([(n, p.shape) for n, p in params.items()]).items():
+    for name, value in trusted.layer_params([(n, p.shape) for n, p in params.items()], spec["param_seed"]).items():
         params[name][...] = value
     return layer
 
@@ -201,7 +201,7 @@ def probe_encoder_layer(lib, module, names, exercise_id) -> dict:
     out = {}
     x, mask = trusted.encoder_layer_inputs()
     for i, norm_first in enumerate((False, True)):
-        layer = build_encoder_layer(lib, norm_first)
+        layer = build_layer(lib, "EncoderLayer", trusted.ENCODER_LAYER, norm_first)
         y = layer.forward(x.copy(), mask)
         put(out, f"c{i}.out", y)
         layer.zero_grad()
@@ -212,29 +212,12 @@ def probe_encoder_layer(lib, module, names, exercise_id) -> dict:
     return out
 
 
-PROBE_KINDS = {"pair": probe_pair, "table": probe_table, "attention": probe_attention, "heads": probe_heads,
-               "noam": probe_noam, "adam": probe_adam, "clip": probe_clip, "bleu": probe_bleu,
-               "encoder_layer": probe_encoder_layer}
-
-
 # ---- the back half: 7.2, 9.1, 9.2, 11.1, 12.2 (12.3 is a "pair") ---------------------------
-def build_decoder_layer(lib, norm_first: bool):
-    """The library's DecoderLayer with the check's parameters, in training mode (dropout on)."""
-    spec = trusted.DECODER_LAYER
-    init_rng, drop_rng = lib("models").make_rngs(spec["seed"])
-    layer = lib("layers").DecoderLayer(spec["d_model"], spec["n_heads"], spec["d_ff"], spec["dropout"], init_rng,
-                                       drop_rng, norm_first=norm_first).train()
-    params = layer.parameters()
-    for name, value in trusted.layer_params([(n, p.shape) for n, p in params.items()], spec["param_seed"]).items():
-        params[name][...] = value
-    return layer
-
-
 def probe_decoder_layer(lib, module, names, exercise_id) -> dict:
     out = {}
     x, memory, self_mask, memory_mask = trusted.decoder_layer_inputs()
     for i, norm_first in enumerate((False, True)):
-        layer = build_decoder_layer(lib, norm_first)
+        layer = build_layer(lib, "DecoderLayer", trusted.DECODER_LAYER, norm_first)
         y = layer.forward(x.copy(), memory.copy(), self_mask, memory_mask)
         put(out, f"c{i}.out", y)
         layer.zero_grad()
@@ -352,14 +335,16 @@ def probe_sampling(lib, module, names, exercise_id) -> dict:
     return out
 
 
-PROBE_KINDS_MORE = {"decoder_layer": probe_decoder_layer, "greedy": probe_greedy, "beam": probe_beam,
-                    "seeds": probe_seeds, "sampling": probe_sampling}
+PROBE_KINDS = {"pair": probe_pair, "table": probe_table, "attention": probe_attention, "heads": probe_heads,
+               "noam": probe_noam, "adam": probe_adam, "clip": probe_clip, "bleu": probe_bleu,
+               "encoder_layer": probe_encoder_layer, "decoder_layer": probe_decoder_layer, "greedy": probe_greedy,
+               "beam": probe_beam, "seeds": probe_seeds, "sampling": probe_sampling}
 
 
 def collect(exercise_id: str, lib) -> dict:
     """Every value the exercise's check judges, computed with ``lib(name)`` -> the module ``name``."""
     kind, module, names = trusted.PROBES[exercise_id]
-    return {**PROBE_KINDS, **PROBE_KINDS_MORE}[kind](lib, module, names, exercise_id)
+    return PROBE_KINDS[kind](lib, module, names, exercise_id)
 
 
 def _load_package(root: Path):

@@ -42,10 +42,11 @@ def _pair_gradients(exercise_id: str, values: dict) -> None:
                         lambda: forward(**inputs, **case.static)[0], inputs[name], dout)
 
 
-def _encoder_layer_gradients(values: dict) -> None:
-    x, mask = trusted.encoder_layer_inputs()
+def _layer_gradients(values: dict, cls: str, spec: dict, inputs: dict, forward) -> None:
+    """7.1 and 7.2: finite differences of the library's ``layers.<cls>``, post- and pre-LN, with respect
+    to each array of ``inputs`` and every parameter; ``forward(layer)`` runs the layer on those arrays."""
     for i, norm_first in enumerate((False, True)):
-        layer = probe.build_encoder_layer(_lib, norm_first)
+        layer = probe.build_layer(_lib, cls, spec, norm_first)
         # Dropout fixed: every generator restored before each forward, so each draws the same masks.
         gens = {id(m.rng): m.rng for _, m in layer.named_modules() if getattr(m, "rng", None) is not None}
         states = {k: g.bit_generator.state for k, g in gens.items()}
@@ -53,30 +54,11 @@ def _encoder_layer_gradients(values: dict) -> None:
         def run():
             for k, g in gens.items():
                 g.bit_generator.state = states[k]
-            return layer.forward(x, mask)
+            return forward(layer)
 
-        dout = trusted.rng(trusted.ENCODER_LAYER["dout_seed"]).standard_normal(np.shape(run()))
-        values[f"c{i}.dx"] = trusted.numerical_gradient(run, x, dout)
-        for name, p in layer.parameters().items():
-            values[f"c{i}.d{name}"] = trusted.numerical_gradient(run, p, dout)
-
-
-def _decoder_layer_gradients(values: dict) -> None:
-    """7.2: finite differences of the library's DecoderLayer, its dropout masks replayed."""
-    x, memory, self_mask, memory_mask = trusted.decoder_layer_inputs()
-    for i, norm_first in enumerate((False, True)):
-        layer = probe.build_decoder_layer(_lib, norm_first)
-        gens = {id(m.rng): m.rng for _, m in layer.named_modules() if getattr(m, "rng", None) is not None}
-        states = {k: g.bit_generator.state for k, g in gens.items()}
-
-        def run():
-            for k, g in gens.items():
-                g.bit_generator.state = states[k]
-            return layer.forward(x, memory, self_mask, memory_mask)
-
-        dout = trusted.rng(trusted.DECODER_LAYER["dout_seed"]).standard_normal(np.shape(run()))
-        values[f"c{i}.dx"] = trusted.numerical_gradient(run, x, dout)
-        values[f"c{i}.dmemory"] = trusted.numerical_gradient(run, memory, dout)
+        dout = trusted.rng(spec["dout_seed"]).standard_normal(np.shape(run()))
+        for name, a in inputs.items():
+            values[f"c{i}.d{name}"] = trusted.numerical_gradient(run, a, dout)
         for name, p in layer.parameters().items():
             values[f"c{i}.d{name}"] = trusted.numerical_gradient(run, p, dout)
 
@@ -88,9 +70,12 @@ def compute(exercise_id: str) -> Dict[str, np.ndarray]:
     if kind == "pair":
         _pair_gradients(exercise_id, values)
     elif kind == "encoder_layer":
-        _encoder_layer_gradients(values)
+        x, mask = trusted.encoder_layer_inputs()
+        _layer_gradients(values, "EncoderLayer", trusted.ENCODER_LAYER, {"x": x}, lambda layer: layer.forward(x, mask))
     elif kind == "decoder_layer":
-        _decoder_layer_gradients(values)
+        x, memory, self_mask, memory_mask = trusted.decoder_layer_inputs()
+        _layer_gradients(values, "DecoderLayer", trusted.DECODER_LAYER, {"x": x, "memory": memory},
+                         lambda layer: layer.forward(x, memory, self_mask, memory_mask))
     return values
 
 
