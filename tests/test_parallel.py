@@ -59,6 +59,20 @@ def _run(argv, ranks=2, timeout=60):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env())
 
 
+def _on_one_and_two_ranks(tmp_path, script_text, extra_args):
+    """Run a script in one process, then on 2 ranks, each with a folder of its own (its first argument)
+    and ``extra_args(folder)``; asserts both succeed and returns ``{ranks: folder}``."""
+    script = tmp_path / "script.py"
+    script.write_text(script_text)
+    folders = {}
+    for ranks in (1, 2):
+        folder = folders[ranks] = tmp_path / f"ranks{ranks}"
+        folder.mkdir()
+        r = _run([str(script), str(folder), *extra_args(folder)], ranks)
+        assert r.returncode == 0, r.stderr
+    return folders
+
+
 def _train(out, *flags, ranks=2, timeout=60):
     return _run(["-m", "numpytransformer", "train", "reverse", *TINY, *flags, "--out", str(out)], ranks, timeout)
 
@@ -157,15 +171,9 @@ def test_two_ranks_make_the_updates_of_one_process(tmp_path):
     """float64, no dropout, --accum 2, clipping on, a batch of one row: the per-update losses and
     the final weights of 2 ranks equal one process's to 1e-10 relative (printed with -s). Under
     mpiexec a Trainer built without ``comm`` is one process."""
-    script = tmp_path / "equal.py"
-    script.write_text(EQUALITY_SCRIPT)
-    runs = {}
-    for ranks in (1, 2):
-        out = tmp_path / f"ranks{ranks}"
-        out.mkdir()
-        r = _run([str(script), str(out)], ranks)
-        assert r.returncode == 0, r.stderr
-        runs[ranks] = (json.loads((out / "losses.json").read_text()), np.load(out / "final.npz"))
+    folders = _on_one_and_two_ranks(tmp_path, EQUALITY_SCRIPT, lambda folder: [])
+    runs = {ranks: (json.loads((out / "losses.json").read_text()), np.load(out / "final.npz"))
+            for ranks, out in folders.items()}
     (one, w1), (two, w2) = runs[1], runs[2]
     assert (one["ranks"], two["ranks"]) == (1, 2)
     assert len(one["losses"]) == len(two["losses"]) == 6  # 2 epochs of 6 batches, 2 a group
@@ -252,16 +260,10 @@ def test_each_rank_draws_its_own_dropout_masks(tmp_path):
     """At the first update of every epoch, rank 1's dropout generator is not rank 0's (a rank 1 that
     reused rank 0's stream would drop the same units of its rows); rank 0's starts where one
     process's does."""
-    script = tmp_path / "draws.py"
-    script.write_text(DRAWS_SCRIPT)
-    draws = {}
-    for ranks in (1, 2):
-        folder = tmp_path / f"ranks{ranks}"
-        folder.mkdir()
-        r = _run([str(script), str(folder), *TINY, "--dropout", "0.2", "--epochs", "2", "--out", str(folder / "run")],
-                 ranks)
-        assert r.returncode == 0, r.stderr
-        draws[ranks] = [json.loads((folder / f"draws{rank}.json").read_text()) for rank in range(ranks)]
+    folders = _on_one_and_two_ranks(tmp_path, DRAWS_SCRIPT, lambda folder: [
+        *TINY, "--dropout", "0.2", "--epochs", "2", "--out", str(folder / "run")])
+    draws = {ranks: [json.loads((folder / f"draws{rank}.json").read_text()) for rank in range(ranks)]
+             for ranks, folder in folders.items()}
     (one,), (rank0, rank1) = draws[1], draws[2]
     assert sorted(rank0) == sorted(rank1) == ["0", "1"]
     for epoch in rank0:

@@ -100,14 +100,15 @@ class Task(ABC):
         inputs, targets = self.batch_arrays(batch)
         loss, dlogits = cross_entropy(model.forward(*inputs), targets, pad_id=self.target_pad,
                                       label_smoothing=label_smoothing)
-        counted = targets.size if self.target_pad is None else int((targets != self.target_pad).sum())
-        return loss, counted, dlogits
+        return loss, self._non_pad(targets), dlogits
 
     def target_count(self, batch) -> int:
         """The targets whose mean loss :meth:`train_step_loss` differentiates: the non-pad ones.
         The trainer counts every batch of a data-parallel run at every update: a task whose
         batch is padded here counts from its lengths instead."""
-        targets = self.batch_arrays(batch)[1]
+        return self._non_pad(self.batch_arrays(batch)[1])
+
+    def _non_pad(self, targets: np.ndarray) -> int:
         return targets.size if self.target_pad is None else int((targets != self.target_pad).sum())
 
     def shard(self, batch, rank: int, size: int):
