@@ -54,7 +54,8 @@ class Batches:
 
     from numpytransformer.tasks.base import Task
 
-    shard, train_step_loss, target_count = Task.shard, Task.train_step_loss, Task.target_count
+    shard, train_step_loss, target_count, _non_pad = (Task.shard, Task.train_step_loss, Task.target_count,
+                                                      Task._non_pad)
 
     def __init__(self, inputs: tuple, targets, target_pad):
         self.inputs, self.targets, self.target_pad = inputs, targets, target_pad
