@@ -98,6 +98,11 @@ class TransformerConfig:
     positions : "sinusoidal" or "learned"
         The paper's fixed table, or a learned table of ``max_len`` vectors (GPT's choice;
         used by :class:`~numpytransformer.lm.TransformerLM`).
+    causal : bool
+        The classifier's encoder masks attention causally, as a language model does: each
+        position sees only itself and earlier tokens (to fine-tune a pretrained
+        :class:`~numpytransformer.lm.TransformerLM`, GPT-1's way). Used by
+        :class:`~numpytransformer.models.TransformerClassifier` only.
     """
 
     src_vocab_size: int
@@ -119,6 +124,7 @@ class TransformerConfig:
     n_classes: int = 2
     pooling: str = "mean"
     positions: str = "sinusoidal"
+    causal: bool = False
 
     def __post_init__(self) -> None:
         # Every field is checked and normalised to a plain Python value, so a config
@@ -135,7 +141,7 @@ class TransformerConfig:
         self.dropout = check_real(self.dropout, "TransformerConfig.dropout", 0.0, DROPOUT_MAX)
         self.layernorm_eps = check_real(self.layernorm_eps, "TransformerConfig.layernorm_eps", 0.0, 1.0,
                                         low_open=True)
-        for name in ("norm_first", "tie_embeddings", "scale_embeddings"):
+        for name in ("norm_first", "tie_embeddings", "scale_embeddings", "causal"):
             setattr(self, name, check_bool(getattr(self, name), f"TransformerConfig.{name}"))
         self.dtype = _dtype_name(self.dtype)
         self.pad_id = check_int(self.pad_id, "TransformerConfig.pad_id", 0,

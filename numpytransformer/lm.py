@@ -125,7 +125,7 @@ class TransformerLM(_Model):
     >>> logits = model.forward(ids)   # (B, T) ids -> (B, T, 65)
     """
 
-    ties_embeddings = learns_positions = True
+    ties_embeddings = learns_positions = can_be_causal = True  # causal whatever cfg.causal says
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)

@@ -189,9 +189,11 @@ class _Model(Module):
     """What the models share: config, generators, checks of ``dlogits``."""
 
     #: Whether the model has a target embedding to tie to its output projection (``tie_embeddings``),
-    #: and learned positions (``positions="learned"``): a config asking for what a model lacks is refused.
+    #: learned positions (``positions="learned"``), and a causal encoder (``causal``): a config asking
+    #: for what a model lacks is refused.
     ties_embeddings: ClassVar[bool] = False
     learns_positions: ClassVar[bool] = False
+    can_be_causal: ClassVar[bool] = False
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
@@ -204,6 +206,9 @@ class _Model(Module):
         if cfg.positions != "sinusoidal" and not self.learns_positions:
             raise NumpyTransformerError(f"positions={cfg.positions!r} is the language model's (TransformerLM); a "
                                         f"{name} adds the paper's sinusoids: leave it 'sinusoidal'")
+        if cfg.causal and not self.can_be_causal:
+            raise NumpyTransformerError(f"causal=True masks the classifier's encoder (TransformerClassifier); a "
+                                        f"{name} does not read it: leave it False")
         self.cfg = cfg
         self.init_rng, self.rng = make_rngs(cfg.seed)
         self._out_shape = None
@@ -368,7 +373,15 @@ class TransformerTagger(_Model):
 
 class TransformerClassifier(_Model):
     """Encoder-only sequence classifier: encoder, pooling (mean of real positions, or
-    the first position), then a linear layer to ``cfg.n_classes`` logits."""
+    the first position), then a linear layer to ``cfg.n_classes`` logits.
+
+    With ``cfg.causal`` the encoder's self-attention is masked as a language model's is
+    (padding and causal masks): the hidden state at position t depends on tokens 0..t
+    only, so the encoder can start from a pretrained
+    :class:`~numpytransformer.lm.TransformerLM` (see :mod:`numpytransformer.pretrain`).
+    """
+
+    can_be_causal = True
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
@@ -380,7 +393,10 @@ class TransformerClassifier(_Model):
         """x: ids (B, T) -> logits (B, n_classes)."""
         x = check_ids(x, "x", self.cfg.src_vocab_size, self.cfg.max_len)
         with inputs_checked():
-            h = self.encoder(x, padding_mask(x, self.cfg.pad_id))  # (B, T, D)
+            mask = padding_mask(x, self.cfg.pad_id)  # (B, 1, 1, T)
+            if self.cfg.causal:
+                mask = mask & causal_mask(x.shape[1])  # (B, 1, T, T)
+            h = self.encoder(x, mask)  # (B, T, D)
             if self.cfg.pooling == "mean":
                 pooled, self._pool_cache = mean_pool_forward(h, x != self.cfg.pad_id)
             else:

@@ -302,9 +302,9 @@ def _not_pad(targets: np.ndarray) -> np.ndarray:
     return (targets != PAD)[..., None]
 
 
-def build_model(kind: str, norm_first: bool, tie: bool = False, pooling: str = "mean"):
+def build_model(kind: str, norm_first: bool, tie: bool = False, pooling: str = "mean", causal: bool = False):
     """(model in train mode, forward inputs, dout zero at pad targets as the loss's is)."""
-    cfg = tiny_config(norm_first=norm_first, tie_embeddings=tie, pooling=pooling)
+    cfg = tiny_config(norm_first=norm_first, tie_embeddings=tie, pooling=pooling, causal=causal)
     r = _rng(42)
     if kind == "transformer":
         model, inputs = Transformer(cfg), [SRC, TGT_IN]
@@ -318,9 +318,9 @@ def build_model(kind: str, norm_first: bool, tie: bool = False, pooling: str = "
     return model.train(), inputs, dout
 
 
-def _model_case(kind: str, norm_first: bool, tie: bool = False, pooling: str = "mean"):
+def _model_case(kind: str, norm_first: bool, tie: bool = False, pooling: str = "mean", causal: bool = False):
     def case():
-        model, inputs, dout = build_model(kind, norm_first, tie, pooling)
+        model, inputs, dout = build_model(kind, norm_first, tie, pooling, causal)
         errors = check_module(model, inputs, [None] * len(inputs), max_entries=ENTRIES, dout=dout)
         return errors, set(model.parameters())
     return case
@@ -333,6 +333,8 @@ for _ln, _nf in (("postLN", False), ("preLN", True)):
     MODEL_CASES[f"TransformerTagger-{_ln}"] = _model_case("tagger", _nf)
     for _pool in ("mean", "first"):
         MODEL_CASES[f"TransformerClassifier-{_ln}-{_pool}"] = _model_case("classifier", _nf, pooling=_pool)
+# The encoder of a pretrained language model: causal and padding masks together.
+MODEL_CASES["TransformerClassifier-preLN-mean-causal"] = _model_case("classifier", True, causal=True)
 
 
 @pytest.mark.parametrize("name", list(MODEL_CASES))

@@ -3,7 +3,7 @@
 A task glues data, a model and a measure of success together. The trainer calls only
 ``train_batches``, ``shard``, ``train_step_loss``, ``target_count``, ``input_tokens``, ``validate``, ``to_dict``,
 ``data_summary`` and the class attributes; the command line adds ``recipe``,
-``build_model``, ``test_report``, ``evaluate``, ``check_input``, ``predict``, ``attention``, ``generate``
+``build_model``, ``pretrain``, ``test_report``, ``evaluate``, ``check_input``, ``predict``, ``attention``, ``generate``
 and :func:`task_from_dict`.
 
 Adding a task is one file with a subclass and one line in :data:`TASKS`.
@@ -83,6 +83,10 @@ class Task(ABC):
     @abstractmethod
     def build_model(self):
         """A new model for these settings."""
+
+    def pretrain(self, model, train: "TrainConfig", log=print) -> None:  # noqa: F821
+        """Before a new run trains: give ``model`` starting weights learned from the training data
+        (the sentiment task's language-model pretraining); by default the initial weights stay."""
 
     @abstractmethod
     def train_batches(self, epoch: int) -> list:

@@ -13,6 +13,8 @@ the vocabulary are saved in the checkpoint, so a checkpoint classifies new text 
 """
 from __future__ import annotations
 
+import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
@@ -22,7 +24,9 @@ from ..config import SIZE_LIMITS, TransformerConfig
 from ..datasets.batching import length_batches, pad_or_unk
 from ..datasets.imdb import clean_review, imdb_test, reviews_digest, train_val_texts, truncate_ids
 from ..errors import NumpyTransformerError
+from ..lm import TransformerLM
 from ..models import TransformerClassifier
+from ..pretrain import id_stream, lm_into_classifier, lm_loss_of_stream, pretrain_lm
 from ..settings import ModelSettings, check_fields, option
 from ..softmax import softmax
 from ..text import Tokenizer, Vocab
@@ -56,6 +60,15 @@ class SentimentData:
                                    "report", low=2, high=10 ** 7, none="all")
     batch_tokens: int = option(8192, "token budget of a batch, padding included", low=1, high=10 ** 7)
     max_batch_size: int = option(128, "most reviews in a batch", low=1, high=65536)
+    causal: bool = option(False, "causal self-attention in the encoder, as in a language model: each token "
+                          "sees only itself and earlier ones (needs --pooling mean)")
+    pretrain_updates: int = option(0, "first pretrain the encoder as a language model (GPT-1) for this many "
+                                   "updates on the training reviews' text, then fine-tune it as the classifier; "
+                                   "needs --causal and --norm pre, and uses --lr-factor, --warmup and --clip "
+                                   "(0: off)", low=0, high=10 ** 7)
+    pretrain_block: int = option(256, "tokens in a window of pretraining, at most --max-tokens + 1", low=2,
+                                 high=SIZE_LIMITS["max_len"])
+    pretrain_batch: int = option(16, "windows in a batch of pretraining", low=1, high=10 ** 5)
 
     def __post_init__(self):
         check_fields(self)
@@ -63,6 +76,12 @@ class SentimentData:
         if self.batch_tokens < longest:
             raise NumpyTransformerError(f"--batch-tokens {self.batch_tokens} is less than one review of --max-tokens "
                                         f"{self.max_tokens}; expected at least {longest}")
+        if self.causal and self.pooling == "first":
+            raise NumpyTransformerError("--causal with --pooling first would classify the <bos> alone (a causal "
+                                        "encoder's first vector sees nothing else): use --pooling mean")
+        if self.pretrain_updates and self.pretrain_block > self.max_tokens + 1:
+            raise NumpyTransformerError(f"--pretrain-block {self.pretrain_block} is longer than the classifier's "
+                                        f"context (--max-tokens {self.max_tokens} + 1): lower it or raise --max-tokens")
 
 
 class SentimentTask(Task):
@@ -86,6 +105,11 @@ class SentimentTask(Task):
                 TrainConfig(epochs=4, lr_factor=0.5, warmup=500, label_smoothing=0.0, log_every=100))
 
     def __init__(self, data, model, data_dir=None, state=None):
+        if isinstance(data, SentimentData) and isinstance(model, ModelSettings) and data.pretrain_updates:
+            needed = [flag for flag, ok in (("--causal", data.causal), ("--norm pre", model.norm == "pre")) if not ok]
+            if needed:
+                raise NumpyTransformerError(f"--pretrain-updates needs {' and '.join(needed)}: the pretrained "
+                                            "language model is causal and pre-LN")
         self._texts, self._ids, self.n_val_duplicates = {}, {}, 0
         super().__init__(data, model, data_dir, state)
         self.tok, self.vocab = Tokenizer.from_dict(self.state["tokenizer"]), Vocab.from_dict(self.state["vocab"])
@@ -136,7 +160,35 @@ class SentimentTask(Task):
     def build_model(self) -> TransformerClassifier:
         return TransformerClassifier(TransformerConfig(
             src_vocab_size=len(self.vocab), max_len=self.data.max_tokens + 1, pad_id=PAD, n_classes=len(LABELS),
-            pooling=self.data.pooling, **self.model.config_fields()))
+            pooling=self.data.pooling, causal=self.data.causal, **self.model.config_fields()))
+
+    def pretrain(self, model: TransformerClassifier, train: TrainConfig, log=print) -> None:
+        """With ``pretrain_updates``: train a language model of the classifier's shape on the text of
+        the training reviews, then copy it into ``model``'s encoder (GPT-1's pretraining).
+
+        The text is every training review, cleaned, tokenized and encoded as for the classifier but
+        not truncated, with a ``<bos>`` in front; the validation reviews' text gives the language
+        model's final validation loss. The test reviews are not read.
+        """
+        d = self.data
+        if not d.pretrain_updates:
+            return
+        lm = TransformerLM(dataclasses.replace(model.cfg, tie_embeddings=True))
+        train_ids, val_ids = (id_stream([self.vocab.encode(self.tok.tokenize(clean_review(t)))
+                                         for t in self.texts(split)[0]], BOS) for split in ("train", "val"))
+        log(f"pretraining a {type(lm).__name__} with {lm.num_parameters():,} parameters for {d.pretrain_updates} "
+            f"updates of {d.pretrain_batch} windows of {d.pretrain_block} tokens, on the {len(train_ids):,} tokens "
+            "of the training reviews")
+        start = time.perf_counter()
+        pretrain_lm(lm, train_ids, d.pretrain_updates, d.pretrain_block, d.pretrain_batch, train.lr_factor,
+                    train.warmup, train.clip_norm, self.model.seed, log)
+        log(f"pretrained in {time.perf_counter() - start:.1f} s: validation lm_loss "
+            f"{lm_loss_of_stream(lm, val_ids, d.pretrain_block):.4f} (nats per token, {len(val_ids):,} tokens of "
+            "the validation reviews)")
+        lm_into_classifier(lm, model)
+        n = len(lm.layers)
+        log(f"copied its embedding, {n} block{'s' * (n != 1)} and final LayerNorm into the classifier's encoder; "
+            "the classification head starts fresh")
 
     # ---- training ----------------------------------------------------------------------------
     def train_batches(self, epoch: int) -> list:
