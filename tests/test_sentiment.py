@@ -17,6 +17,7 @@ import pytest
 import numpytransformer.trainer as trainer_module
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from baseline_bow import evaluate, train_bow_logreg  # noqa: E402  (a benchmark, not the library)
+from numpytransformer.checkpoint import load_checkpoint
 from numpytransformer.cli import main
 from numpytransformer.datasets.imdb import load_imdb, sample_stratified, truncate_ids
 from numpytransformer.errors import NumpyTransformerError
@@ -145,6 +146,14 @@ def test_task_truncates_a_known_review(synthetic_dir):
     (dict(pooling="max"), r"--pooling must be one of mean, first, got 'max'"),
     (dict(cased="yes"), r"--cased must be True or False, got 'yes'"),
     (dict(n_test=1), r"--n-test must be from 2 to 10000000, got 1"),
+    (dict(pretrain_updates=-1), r"--pretrain-updates must be from 0 to 10000000, got -1"),
+    (dict(pretrain_batch=0), r"--pretrain-batch must be from 1 to 100000, got 0"),
+    (dict(causal=True, pooling="first"), r"--causal with --pooling first would classify the <bos> alone"),
+    (dict(pretrain_updates=5, pretrain_block=34), r"--pretrain-block 34 is longer than the classifier's context "
+                                                  r"\(--max-tokens 32 \+ 1\)"),
+    (dict(pretrain_updates=5, pretrain_block=33), r"^--pretrain-updates needs --causal and --norm pre: the pretrained "
+                                                  r"language model is causal and pre-LN$"),
+    (dict(pretrain_updates=5, pretrain_block=16, causal=True), r"^--pretrain-updates needs --norm pre:"),
 ])
 def test_bad_settings_name_the_flag_before_reading_data(bad, message, tmp_path):
     # The data folder is empty: an error about a missing file would mean the data was read first.
@@ -166,6 +175,7 @@ def test_cli_bad_options_fail_early_and_write_nothing(tmp_path, capsys):
     for argv, message in ((["--epochs", "0"], "--epochs must be from 1 to 100000, got 0"),
                           (["--accum", "0"], "--accum must be from 1 to 1024, got 0"),
                           (["--vocab-size", "4"], "--vocab-size must be from 5 to 10000000, got 4"),
+                          (["--pretrain-updates", "-1"], "--pretrain-updates must be from 0 to 10000000, got -1"),
                           (["--batch-tokens", "10"], "--batch-tokens 10 is less than one review of --max-tokens"),
                           (["--out", str(tmp_path / "file.txt")], "is a file; expected a run directory")):
         code = main(["train", "sentiment", "--data-dir", missing, "--out", str(tmp_path / "run"), *argv])
@@ -499,6 +509,53 @@ def test_cli_train_classify_eval_attention(synthetic_dir, tmp_path, capsys, monk
     assert all(e["tokens_per_s"] > e["reviews_per_s"] > 0 for e in hist["epochs"])
 
 
+def test_cli_pretrains_a_language_model_then_fine_tunes_it(synthetic_dir, tmp_path, capsys):
+    """GPT-1's path end to end: 5 updates of a language model on the training reviews, the copy,
+    the classifier's training; the checkpoint holds the classifier, and eval rebuilds it causal."""
+    out = tmp_path / "run"
+    flags = [*TINY_FLAGS, "--n-train", "200", "--n-test", "50", "--epochs", "1", "--pretrain-updates", "5",
+             "--pretrain-block", "32", "--pretrain-batch", "4", "--causal", "--norm", "pre"]
+    assert main(["train", "sentiment", "--data-dir", str(synthetic_dir), *flags, "--out", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "causal=True, pretrain_updates=5, pretrain_block=32, pretrain_batch=4" in shown
+    assert re.search(r"^pretraining a TransformerLM with [\d,]+ parameters for 5 updates of 4 windows of 32 tokens, "
+                     r"on the [\d,]+ tokens of the training reviews$", shown, re.M)
+    assert re.search(r"^pretrain update 5/5 lm_loss \S+ lr \S+ tok/s [\d,]+$", shown, re.M)
+    assert re.search(r"^pretrained in \S+ s: validation lm_loss \S+ \(nats per token, [\d,]+ tokens of the "
+                     r"validation reviews\)$", shown, re.M)
+    assert "copied its embedding, 1 block and final LayerNorm into the classifier's encoder" in shown
+    assert shown.index("copied its embedding") < shown.index("epoch 1 done")
+    final = re.search(r"^final \(test, best checkpoint\): n 50 test_loss (\S+) test_accuracy (\S+)$", shown, re.M)
+    doc = json.loads((out / "best" / "checkpoint.json").read_text())
+    assert doc["model"] == "TransformerClassifier" and doc["config"]["causal"] is True
+    assert doc["task"]["data"]["pretrain_updates"] == 5
+    assert main(["eval", "--checkpoint", str(out), "--data-dir", str(synthetic_dir)]) == 0
+    assert "split test n 200 " in capsys.readouterr().out
+    # eval rebuilds the same (causal) model: on the final report's 50 reviews it gives the same figures.
+    task = task_from_dict(doc["task"], str(synthetic_dir))
+    model = task.build_model()
+    load_checkpoint(out / "best", model)
+    m = task.scores(model.eval(), *task.split_ids("test"))
+    assert f"{m['loss']:.4f}" == final.group(1) and f"{m['accuracy']:.4f}" == final.group(2)
+
+
+def test_pretraining_reads_the_training_reviews_only_and_sets_the_encoder(synthetic_dir):
+    task = make_task(synthetic_dir, causal=True, norm="pre", pretrain_updates=3, pretrain_block=16, pretrain_batch=2)
+    model = task.build_model()
+    before = {k: p.copy() for k, p in model.parameters().items()}
+    lines = []
+    task.pretrain(model, _cfg(), log=lines.append)
+    changed = {k for k, p in model.parameters().items() if not np.array_equal(p, before[k])}
+    assert changed == {k for k in before if k.startswith("encoder.")}  # the head starts fresh
+    assert "test" not in task._texts  # the language model never saw a test review
+    assert len(lines) == 4 and lines[1].startswith("pretrain update 3/3 ")
+    off = make_task(synthetic_dir)  # pretrain_updates 0: nothing happens
+    model = off.build_model()
+    before = {k: p.copy() for k, p in model.parameters().items()}
+    off.pretrain(model, _cfg(), log=lines.append)
+    assert len(lines) == 4 and all(np.array_equal(model.parameters()[k], p) for k, p in before.items())
+
+
 def test_cli_resume_refuses_an_edited_csv(synthetic_dir, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", "sentiment", "--data-dir", str(synthetic_dir), *TINY_FLAGS, "--epochs", "1",
@@ -525,7 +582,9 @@ def test_classify_and_attention_refuse_other_checkpoints(tmp_path, capsys):
 @pytest.mark.parametrize("argv, expected", [
     (["train", "sentiment", "--help"], ["--data-dir", "--vocab-size", "--min-freq", "--max-tokens", "--truncate",
                                         "--val-fraction", "--n-train", "--n-test", "--batch-tokens",
-                                        "--max-batch-size", "--pooling", "--cased", "--epochs", "--resume"]),
+                                        "--max-batch-size", "--pooling", "--cased", "--causal",
+                                        "--pretrain-updates", "--pretrain-block", "--pretrain-batch", "--epochs",
+                                        "--resume"]),
     (["classify", "--help"], ["--checkpoint", "TEXT", "stdin"]),
 ])
 def test_help_lists_the_options(argv, expected, capsys):
