@@ -10,6 +10,10 @@ The 25,000 training reviews give the training and validation sets (``val_fractio
 stratified, disjoint by text: see :func:`~numpytransformer.datasets.imdb.train_val_texts`);
 the official test split is read only after training and by ``eval``. The tokenizer and
 the vocabulary are saved in the checkpoint, so a checkpoint classifies new text without the data.
+
+With ``pretrain_updates`` the run takes GPT-1's path: the encoder first learns as a language
+model on the training reviews' text (see :meth:`SentimentTask.pretrain` and
+:mod:`numpytransformer.pretrain`), then the classifier is fine-tuned from it.
 """
 from __future__ import annotations
 
