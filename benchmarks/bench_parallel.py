@@ -20,7 +20,7 @@ The recipes, at their shapes:
   dropout 0.1) with the cased-BPE vocabularies' sizes (5,044 and 4,919), on random token ids in
   batches of the recipe's 3,000-token budget (120 sentence pairs padded to 25 tokens, lengths
   10-25).
-* ``lm``: the language model recipe (d128, 2 pre-LN blocks, tied embeddings, learned positions),
+* ``lm``: the language model recipe's model (2 pre-LN blocks, tied embeddings, learned positions),
   a 565-token vocabulary (Tiny Shakespeare's BPE with 500 merges), 16 windows of 128 tokens, on
   random ids.
 
