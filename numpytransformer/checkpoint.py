@@ -32,7 +32,7 @@ from .errors import NumpyTransformerError
 __all__ = ["CheckpointError", "FORMAT_VERSION", "FIELDS", "save_checkpoint", "load_checkpoint",
            "read_checkpoint_meta", "atomic_write", "average_checkpoints"]
 
-FORMAT_VERSION = 3  # 3: the sublayers are named (self_attn_sublayer, ...), not sub1..sub3
+FORMAT_VERSION = 4  # 4: the config's causal field; 3: the sublayers are named (self_attn_sublayer, ...)
 
 #: The fields of ``checkpoint.json`` and their JSON types (``a.b`` is field ``b`` inside ``a``);
 #: save and load both check a document against them.

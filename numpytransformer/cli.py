@@ -154,8 +154,9 @@ def cmd_train(args) -> None:
     ranks = f" on {comm.size} ranks" if comm.size > 1 else ""
     print(f"training {type(model).__name__} with {model.num_parameters():,} parameters ({task.name}){ranks}; "
           f"writing to {args.out}", flush=True)
-    if not args.resume:  # every rank of a data-parallel run pretrains alike: same seed, same data
+    if not args.resume:  # every rank pretrains alike (same seed, same data); then all take rank 0's weights
         task.pretrain(model, train_cfg)
+        comm.bcast_arrays(model.parameters())
     start, first = time.perf_counter(), trainer.optimizer.t
     trainer.fit()
     print(f"trained {trainer.optimizer.t - first} updates in {time.perf_counter() - start:.1f} s", flush=True)

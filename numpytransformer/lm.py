@@ -31,7 +31,8 @@ from .positional import LearnedPositionalEmbedding, PositionalEncoding
 from .softmax import log_softmax
 from .validation import check_ids, inputs_checked
 
-__all__ = ["GPTBlock", "TransformerLM", "prefix_mask", "LMLossCache", "lm_loss_forward", "lm_loss_backward"]
+__all__ = ["GPTBlock", "TransformerLM", "prefix_mask", "LMLossCache", "lm_loss_forward", "lm_loss_backward",
+           "next_token_nats"]
 
 
 def prefix_mask(T: int, offset: int) -> np.ndarray:
@@ -92,6 +93,18 @@ def lm_loss_backward(dloss: float, cache: LMLossCache) -> np.ndarray:
     dlogits *= dloss / (B * T)  # in place: dlogits keeps the logits' dtype, whatever the type of dloss
     return dlogits
     ### END SOLUTION
+
+
+def next_token_nats(model, x: np.ndarray, y: np.ndarray, vocab_size: int, budget: int = 2 ** 22) -> float:
+    """The summed next-token loss in nats of windows ``x`` (N, T) whose next ids are ``y`` (N, T),
+    in the model's current mode. A few windows at a time, so that their float64 log-probabilities
+    hold at most about ``budget`` numbers (32 MB) whatever the vocabulary."""
+    rows = max(1, budget // (x.shape[1] * vocab_size))
+    nats = 0.0
+    for i in range(0, len(x), rows):
+        logp = log_softmax(model.forward(x[i:i + rows]).astype(np.float64))  # (rows, T, V)
+        nats -= float(np.take_along_axis(logp, y[i:i + rows, :, None], axis=-1).sum())
+    return nats
 
 
 class GPTBlock(EncoderLayer):

@@ -61,12 +61,15 @@ class SingleProcess:
     def bcast(self, obj):
         return obj
 
+    def bcast_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
+        """Nothing to do: the arrays are this process's."""
+
     def abort(self, code: int) -> None:
         """Nothing to stop but this process, which returns ``code`` itself."""
 
 
 class MPIComm:
-    """MPI's world communicator with the three collectives training needs."""
+    """MPI's world communicator with the collectives training needs."""
 
     def __init__(self):
         from mpi4py import MPI  # only here: a run without mpiexec never loads MPI
@@ -99,6 +102,12 @@ class MPIComm:
     def bcast(self, obj):
         """Rank 0's ``obj`` (a small picklable value: metrics, a decision) on every rank."""
         return self.comm.bcast(obj, root=0)
+
+    def bcast_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
+        """Rank 0's values of ``arrays`` (a model's parameters) on every rank, in place: weights that
+        each rank computed apart (pretraining) may differ in round-off between machines."""
+        for a in arrays.values():
+            self.comm.Bcast(a, root=0)
 
     def abort(self, code: int) -> None:
         """End every rank of the run with exit status ``code``: one that stops alone would

@@ -19,10 +19,9 @@ import numpy as np
 
 from .datasets.batching import next_token_windows, random_windows
 from .errors import NumpyTransformerError
-from .lm import TransformerLM, lm_loss_backward, lm_loss_forward
+from .lm import TransformerLM, lm_loss_backward, lm_loss_forward, next_token_nats
 from .models import TransformerClassifier
 from .optim import Adam, NoamSchedule, clip_grad_norm
-from .softmax import log_softmax
 
 __all__ = ["id_stream", "pretrain_lm", "lm_loss_of_stream", "lm_into_classifier"]
 
@@ -41,11 +40,7 @@ def lm_loss_of_stream(model: TransformerLM, ids: np.ndarray, block: int) -> floa
     ``block`` (shorter if ``ids`` is), in eval mode."""
     x, y = next_token_windows(ids, min(block, len(ids) - 1))  # (N, T) each
     model.eval()
-    nats = 0.0
-    for i in range(0, len(x), 64):
-        logp = log_softmax(model.forward(x[i:i + 64]).astype(np.float64))  # (b, T, V)
-        nats -= float(np.take_along_axis(logp, y[i:i + 64, :, None], axis=-1).sum())
-    return nats / y.size
+    return next_token_nats(model, x, y, model.vocab_size) / y.size
 
 
 def pretrain_lm(model: TransformerLM, ids: np.ndarray, updates: int, block: int, batch: int, lr_factor: float,
@@ -92,6 +87,9 @@ def lm_into_classifier(lm: TransformerLM, classifier: TransformerClassifier) -> 
         raise NumpyTransformerError(f"lm must be a TransformerLM, got {type(lm).__name__}")
     if not isinstance(classifier, TransformerClassifier):
         raise NumpyTransformerError(f"classifier must be a TransformerClassifier, got {type(classifier).__name__}")
+    if not classifier.cfg.causal:
+        raise NumpyTransformerError("the classifier must be causal (causal=True) to take a language model's "
+                                    "weights: its tokens would otherwise see later ones, which the model never learned")
     for name in MATCHED:
         ours, theirs = getattr(lm.cfg, name), getattr(classifier.cfg, name)
         if ours != theirs:

@@ -162,7 +162,7 @@ CASES = [
     ("doc-list", raw_json(b"[]"), ALL, "checkpoint.json"),
     ("doc-null", raw_json(b"null"), ALL, "checkpoint.json"),
     ("doc-string", raw_json(b'"checkpoint"'), ALL, "checkpoint.json"),
-    ("doc-truncated", raw_json(b'{"format_version": 3, "mod'), ALL, "checkpoint.json"),
+    ("doc-truncated", raw_json(b'{"format_version": 4, "mod'), ALL, "checkpoint.json"),
     ("doc-not-utf8", raw_json(b'{"format_version": "\xff\xfe"}'), ALL, "checkpoint.json"),
     ("doc-deep", raw_json(b"[" * 200000 + b"]" * 200000), ALL, "checkpoint.json"),
     ("doc-empty", raw_json(b""), ALL, "checkpoint.json"),

@@ -127,6 +127,8 @@ def test_the_copy_refuses_learned_positions_and_other_models():
         lm_into_classifier(TransformerClassifier(classifier_cfg()), TransformerClassifier(classifier_cfg()))
     with pytest.raises(NumpyTransformerError, match="classifier must be a TransformerClassifier, got TransformerLM"):
         lm_into_classifier(lm, lm)
+    with pytest.raises(NumpyTransformerError, match=r"the classifier must be causal \(causal=True\)"):
+        lm_into_classifier(perturbed_lm(), TransformerClassifier(classifier_cfg(causal=False)))
 
 
 # ---- the stream and the training loop -------------------------------------------------------------
@@ -144,7 +146,7 @@ def test_pretraining_lowers_the_loss_of_a_repeating_text():
     after = lm_loss_of_stream(lm, stream, 8)
     assert before > 1.5 and after < 0.2 * before
     assert len(lines) == 1 and lines[0].startswith("pretrain update 100/100 lm_loss ") and " tok/s " in lines[0]
-    assert not lm.training  # left in eval mode by the last loss
+    assert not lm.training  # lm_loss_of_stream put it in eval mode
 
 
 def test_pretraining_refuses_a_text_shorter_than_a_window():

@@ -14,13 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import numpytransformer.tasks.sentiment as sentiment_module
 import numpytransformer.trainer as trainer_module
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from baseline_bow import evaluate, train_bow_logreg  # noqa: E402  (a benchmark, not the library)
 from numpytransformer.checkpoint import load_checkpoint
 from numpytransformer.cli import main
-from numpytransformer.datasets.imdb import load_imdb, sample_stratified, truncate_ids
+from numpytransformer.datasets.imdb import clean_review, load_imdb, sample_stratified, truncate_ids
 from numpytransformer.errors import NumpyTransformerError
+from numpytransformer.pretrain import id_stream
 from numpytransformer.settings import ModelSettings
 from numpytransformer.tasks.base import task_from_dict
 from numpytransformer.tasks.sentiment import UNK, SentimentData, SentimentTask
@@ -539,12 +541,17 @@ def test_cli_pretrains_a_language_model_then_fine_tunes_it(synthetic_dir, tmp_pa
     assert f"{m['loss']:.4f}" == final.group(1) and f"{m['accuracy']:.4f}" == final.group(2)
 
 
-def test_pretraining_reads_the_training_reviews_only_and_sets_the_encoder(synthetic_dir):
+def test_pretraining_reads_the_training_reviews_only_and_sets_the_encoder(synthetic_dir, monkeypatch):
     task = make_task(synthetic_dir, causal=True, norm="pre", pretrain_updates=3, pretrain_block=16, pretrain_batch=2)
     model = task.build_model()
     before = {k: p.copy() for k, p in model.parameters().items()}
-    lines = []
+    lines, streams = [], []
+    real = sentiment_module.pretrain_lm
+    monkeypatch.setattr(sentiment_module, "pretrain_lm",
+                        lambda lm, ids, *a, **k: (streams.append(ids), real(lm, ids, *a, **k)))
     task.pretrain(model, _cfg(), log=lines.append)
+    train_only = id_stream([task.vocab.encode(task.tok.tokenize(clean_review(t))) for t in task.texts("train")[0]], 1)
+    assert len(streams) == 1 and np.array_equal(streams[0], train_only)  # no validation review in it
     changed = {k for k, p in model.parameters().items() if not np.array_equal(p, before[k])}
     assert changed == {k for k in before if k.startswith("encoder.")}  # the head starts fresh
     assert "test" not in task._texts  # the language model never saw a test review

@@ -67,9 +67,9 @@ class SentimentData:
     causal: bool = option(False, "causal self-attention in the encoder, as in a language model: each token "
                           "sees only itself and earlier ones (needs --pooling mean)")
     pretrain_updates: int = option(0, "first pretrain the encoder as a language model (GPT-1) for this many "
-                                   "updates on the training reviews' text, then fine-tune it as the classifier; "
-                                   "needs --causal and --norm pre, and uses --lr-factor, --warmup and --clip "
-                                   "(0: off)", low=0, high=10 ** 7)
+                                   "updates (0: off) on the training reviews' text, then fine-tune it as the "
+                                   "classifier; needs --causal and --norm pre, and uses --lr-factor, --warmup and "
+                                   "--clip", low=0, high=10 ** 7)
     pretrain_block: int = option(256, "tokens in a window of pretraining, at most --max-tokens + 1", low=2,
                                  high=SIZE_LIMITS["max_len"])
     pretrain_batch: int = option(16, "windows in a batch of pretraining", low=1, high=10 ** 5)
