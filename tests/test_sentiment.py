@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from baseline_bow import evaluate, train_bow_logreg  # noqa: E402  (a benchmark, not the library)
 from numpytransformer.checkpoint import load_checkpoint
 from numpytransformer.cli import main
-from numpytransformer.datasets.imdb import clean_review, load_imdb, sample_stratified, truncate_ids
+from numpytransformer.datasets.imdb import load_imdb, sample_stratified, truncate_ids
 from numpytransformer.errors import NumpyTransformerError
 from numpytransformer.pretrain import id_stream
 from numpytransformer.settings import ModelSettings
@@ -550,7 +550,7 @@ def test_pretraining_reads_the_training_reviews_only_and_sets_the_encoder(synthe
     monkeypatch.setattr(sentiment_module, "pretrain_lm",
                         lambda lm, ids, *a, **k: (streams.append(ids), real(lm, ids, *a, **k)))
     task.pretrain(model, _cfg(), log=lines.append)
-    train_only = id_stream([task.vocab.encode(task.tok.tokenize(clean_review(t))) for t in task.texts("train")[0]], 1)
+    train_only = id_stream([task.vocab.encode(task.tokens(t, cut=False)) for t in task.texts("train")[0]], 1)
     assert len(streams) == 1 and np.array_equal(streams[0], train_only)  # no validation review in it
     changed = {k for k, p in model.parameters().items() if not np.array_equal(p, before[k])}
     assert changed == {k for k in before if k.startswith("encoder.")}  # the head starts fresh

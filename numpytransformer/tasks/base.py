@@ -3,7 +3,7 @@
 A task glues data, a model and a measure of success together. The trainer calls only
 ``train_batches``, ``shard``, ``train_step_loss``, ``target_count``, ``input_tokens``, ``validate``, ``to_dict``,
 ``data_summary`` and the class attributes; the command line adds ``recipe``,
-``build_model``, ``pretrain``, ``test_report``, ``evaluate``, ``check_input``, ``predict``, ``attention``, ``generate``
+``check_settings``, ``build_model``, ``pretrain``, ``test_report``, ``evaluate``, ``check_input``, ``predict``, ``attention``, ``generate``
 and :func:`task_from_dict`.
 
 Adding a task is one file with a subclass and one line in :data:`TASKS`.
@@ -57,6 +57,7 @@ class Task(ABC):
         if not isinstance(model, ModelSettings):
             raise NumpyTransformerError(f"model must be a ModelSettings, got {type(model).__name__}")
         self.data, self.model, self.data_dir = data, model, data_dir
+        self.check_settings()  # before any data is read
         self.state = self.build_state() if state is None else state
 
     # ---- settings ----------------------------------------------------------------------
@@ -65,6 +66,10 @@ class Task(ABC):
     def recipe(cls, data) -> Tuple[ModelSettings, "TrainConfig"]:  # noqa: F821
         """The default model and training settings for ``data``. A recipe fixes its number of updates,
         not a time budget, so that its result does not depend on the machine's speed."""
+
+    def check_settings(self) -> None:
+        """Refuse data and model settings that do not go together (one line naming the options);
+        by default every combination the settings' own checks let through is fine."""
 
     def build_state(self) -> dict:
         """What is learned from the training data before training (vocabularies); JSON."""

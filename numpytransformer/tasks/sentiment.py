@@ -108,12 +108,15 @@ class SentimentTask(Task):
         return (ModelSettings(d_model=64, n_heads=4, n_layers=1, d_ff=128, dropout=0.3),
                 TrainConfig(epochs=4, lr_factor=0.5, warmup=500, label_smoothing=0.0, log_every=100))
 
-    def __init__(self, data, model, data_dir=None, state=None):
-        if isinstance(data, SentimentData) and isinstance(model, ModelSettings) and data.pretrain_updates:
-            needed = [flag for flag, ok in (("--causal", data.causal), ("--norm pre", model.norm == "pre")) if not ok]
+    def check_settings(self) -> None:
+        if self.data.pretrain_updates:
+            needed = [flag for flag, ok in (("--causal", self.data.causal), ("--norm pre", self.model.norm == "pre"))
+                      if not ok]
             if needed:
                 raise NumpyTransformerError(f"--pretrain-updates needs {' and '.join(needed)}: the pretrained "
                                             "language model is causal and pre-LN")
+
+    def __init__(self, data, model, data_dir=None, state=None):
         self._texts, self._ids, self.n_val_duplicates = {}, {}, 0
         super().__init__(data, model, data_dir, state)
         self.tok, self.vocab = Tokenizer.from_dict(self.state["tokenizer"]), Vocab.from_dict(self.state["vocab"])
@@ -145,9 +148,11 @@ class SentimentTask(Task):
         train, val = self.texts("train"), self.texts("val")
         return {"train_reviews": len(train[0]), "val_reviews": len(val[0]), "sha256": reviews_digest(train, val)}
 
-    def tokens(self, text: str) -> List[str]:
-        """The kept tokens of one raw review: cleaned, tokenized and truncated."""
+    def tokens(self, text: str, cut: bool = True) -> List[str]:
+        """The kept tokens of one raw review: cleaned, tokenized and (``cut``) truncated."""
         toks = self.tok.tokenize(clean_review(text))
+        if not cut:
+            return toks
         return [toks[i] for i in truncate_ids(range(len(toks)), self.data.max_tokens, self.data.truncate)]
 
     def encode(self, text: str) -> np.ndarray:
@@ -178,8 +183,8 @@ class SentimentTask(Task):
         if not d.pretrain_updates:
             return
         lm = TransformerLM(dataclasses.replace(model.cfg, tie_embeddings=True))
-        train_ids, val_ids = (id_stream([self.vocab.encode(self.tok.tokenize(clean_review(t)))
-                                         for t in self.texts(split)[0]], BOS) for split in ("train", "val"))
+        train_ids, val_ids = (id_stream([self.vocab.encode(self.tokens(t, cut=False)) for t in self.texts(split)[0]],
+                                        BOS) for split in ("train", "val"))
         log(f"pretraining a {type(lm).__name__} with {lm.num_parameters():,} parameters for {d.pretrain_updates} "
             f"updates of {d.pretrain_batch} windows of {d.pretrain_block} tokens, on the {len(train_ids):,} tokens "
             "of the training reviews")
