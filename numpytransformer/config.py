@@ -87,6 +87,10 @@ class TransformerConfig:
         ``x + Sublayer(LayerNorm(x))`` with a final LayerNorm after each stack.
     tie_embeddings : bool
         Share the target embedding matrix with the output projection (section 3.4).
+    share_embeddings : bool
+        The encoder-decoder reads source and target ids through one embedding matrix
+        (section 3.4's "same weight matrix between the two embedding layers"); needs one
+        vocabulary for both sides, so ``src_vocab_size == tgt_vocab_size``.
     scale_embeddings : bool
         Multiply embeddings by ``sqrt(d_model)`` (section 3.4).
     layernorm_eps : float
@@ -119,6 +123,7 @@ class TransformerConfig:
     n_decoder_layers: Optional[int] = None
     norm_first: bool = False
     tie_embeddings: bool = False
+    share_embeddings: bool = False
     scale_embeddings: bool = True
     layernorm_eps: float = 1e-5
     n_classes: int = 2
@@ -141,8 +146,12 @@ class TransformerConfig:
         self.dropout = check_real(self.dropout, "TransformerConfig.dropout", 0.0, DROPOUT_MAX)
         self.layernorm_eps = check_real(self.layernorm_eps, "TransformerConfig.layernorm_eps", 0.0, 1.0,
                                         low_open=True)
-        for name in ("norm_first", "tie_embeddings", "scale_embeddings", "causal"):
+        for name in ("norm_first", "tie_embeddings", "share_embeddings", "scale_embeddings", "causal"):
             setattr(self, name, check_bool(getattr(self, name), f"TransformerConfig.{name}"))
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise NumpyTransformerError(
+                f"TransformerConfig.share_embeddings needs one vocabulary for both sides, but src_vocab_size is "
+                f"{self.src_vocab_size} and tgt_vocab_size {self.tgt_vocab_size}")
         self.dtype = _dtype_name(self.dtype)
         self.pad_id = check_int(self.pad_id, "TransformerConfig.pad_id", 0,
                                 min(self.src_vocab_size, self.tgt_vocab_size) - 1)

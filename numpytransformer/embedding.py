@@ -8,7 +8,7 @@ import numpy as np
 from .module import Module
 from .validation import check_ids, needs_checks
 
-__all__ = ["embedding_forward", "embedding_backward", "Embedding"]
+__all__ = ["embedding_forward", "embedding_backward", "Embedding", "SharedEmbedding"]
 
 
 class EmbeddingCache(NamedTuple):
@@ -104,4 +104,29 @@ class Embedding(Module):
     def backward(self, dout: np.ndarray) -> None:
         """Accumulates ``dW``; ids have no gradient, so nothing is returned."""
         self.grads["W"] += embedding_backward(dout, self._pop_cache())
+        return None
+
+
+class SharedEmbedding(Module):
+    """A second reader of another :class:`Embedding`'s matrix: the source side of a joint
+    vocabulary, where section 3.4 shares one weight matrix between the two embedding layers.
+
+    It looks ids up with the same pair, and its backward adds ``dW`` to the owner's gradient,
+    so the shared matrix receives the sum of both uses, as a tied output projection does.
+    """
+
+    def __init__(self, owner: Embedding):
+        super().__init__()
+        object.__setattr__(self, "owner", owner)  # not a child: the matrix is named under its owner
+        self.scale, self.pad_id = owner.scale, owner.pad_id
+
+    def forward(self, ids: np.ndarray) -> np.ndarray:
+        """ids: ints in [0, V), any shape (...) -> (..., D)."""
+        if needs_checks():
+            ids = check_ids(ids, "ids", self.owner.params["W"].shape[0], ndim=None)
+        out, self._cache = embedding_forward(ids, self.owner.params["W"], self.scale, self.pad_id)
+        return out
+
+    def backward(self, dout: np.ndarray) -> None:
+        self.owner.grads["W"] += embedding_backward(dout, self._pop_cache())
         return None

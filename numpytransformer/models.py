@@ -8,7 +8,7 @@ import numpy as np
 from .attention import causal_mask, padding_mask
 from .config import TransformerConfig
 from .dropout import Dropout
-from .embedding import Embedding
+from .embedding import Embedding, SharedEmbedding
 from .errors import NumpyTransformerError
 from .layernorm import LayerNorm
 from .layers import DecoderLayer, EncoderLayer
@@ -31,12 +31,17 @@ def make_rngs(seed: int):
 
 
 class Embedder(Module):
-    """Token embedding (scaled by sqrt(d_model)) plus positional encoding, then dropout."""
+    """Token embedding (scaled by sqrt(d_model)) plus positional encoding, then dropout.
 
-    def __init__(self, vocab_size: int, cfg: TransformerConfig, init_rng, drop_rng):
+    With ``shared`` (an :class:`Embedding`), the tokens are looked up in that matrix instead of one of
+    their own: the source and target of a joint vocabulary share it.
+    """
+
+    def __init__(self, vocab_size: int, cfg: TransformerConfig, init_rng, drop_rng, shared: Optional[Embedding] = None):
         super().__init__()
         dt = cfg.np_dtype
-        self.embed = Embedding(vocab_size, cfg.d_model, init_rng, dt, cfg.scale_embeddings, cfg.pad_id)
+        self.embed = (SharedEmbedding(shared) if shared is not None else
+                      Embedding(vocab_size, cfg.d_model, init_rng, dt, cfg.scale_embeddings, cfg.pad_id))
         self.pos = PositionalEncoding(cfg.max_len, cfg.d_model, dt)
         self.drop = Dropout(cfg.dropout, drop_rng)
 
@@ -77,12 +82,13 @@ class Encoder(Module):
 
 
 class Decoder(Module):
-    """Embedder, then decoder layers (and a final LayerNorm in pre-LN); returns hidden states."""
+    """Embedder, then decoder layers (and a final LayerNorm in pre-LN); returns hidden states.
+    ``shared``: the encoder's :class:`Embedding`, read for the target ids too (a joint vocabulary)."""
 
-    def __init__(self, cfg: TransformerConfig, init_rng, drop_rng):
+    def __init__(self, cfg: TransformerConfig, init_rng, drop_rng, shared: Optional[Embedding] = None):
         super().__init__()
         dt = cfg.np_dtype
-        self.embedder = Embedder(cfg.tgt_vocab_size, cfg, init_rng, drop_rng)
+        self.embedder = Embedder(cfg.tgt_vocab_size, cfg, init_rng, drop_rng, shared)
         self.layers = ModuleList([
             DecoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, init_rng, drop_rng,
                          cfg.norm_first, cfg.layernorm_eps, dt)
@@ -189,9 +195,10 @@ class _Model(Module):
     """What the models share: config, generators, checks of ``dlogits``."""
 
     #: Whether the model has a target embedding to tie to its output projection (``tie_embeddings``),
-    #: learned positions (``positions="learned"``), and a causal encoder (``causal``): a config asking
-    #: for what a model lacks is refused.
+    #: learned positions (``positions="learned"``), a causal encoder (``causal``), and a source and a
+    #: target embedding to share (``share_embeddings``): a config asking for what a model lacks is refused.
     ties_embeddings: ClassVar[bool] = False
+    shares_embeddings: ClassVar[bool] = False
     learns_positions: ClassVar[bool] = False
     can_be_causal: ClassVar[bool] = False
 
@@ -203,6 +210,9 @@ class _Model(Module):
         if cfg.tie_embeddings and not self.ties_embeddings:
             raise NumpyTransformerError(f"tie_embeddings (--tie) shares the target embedding with the output "
                                         f"projection; a {name} has no target embedding: leave it False")
+        if cfg.share_embeddings and not self.shares_embeddings:
+            raise NumpyTransformerError(f"share_embeddings shares the source embedding with the target's; a {name} "
+                                        "has one embedding: leave it False")
         if cfg.positions != "sinusoidal" and not self.learns_positions:
             raise NumpyTransformerError(f"positions={cfg.positions!r} is the language model's (TransformerLM); a "
                                         f"{name} adds the paper's sinusoids: leave it 'sinusoidal'")
@@ -243,13 +253,15 @@ class Transformer(_Model):
     >>> logits = model.forward(src, tgt_in)   # (B, S), (B, T) ids -> (B, T, V)
     """
 
-    ties_embeddings = True
+    ties_embeddings = shares_embeddings = True
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
         self.encoder = Encoder(cfg, self.init_rng, self.rng)
-        self.decoder = Decoder(cfg, self.init_rng, self.rng)
-        tied = self.decoder.embedder.embed if cfg.tie_embeddings else None
+        source = self.encoder.embedder.embed
+        self.decoder = Decoder(cfg, self.init_rng, self.rng, source if cfg.share_embeddings else None)
+        target = source if cfg.share_embeddings else self.decoder.embedder.embed
+        tied = target if cfg.tie_embeddings else None
         self.out = OutputProjection(cfg.d_model, cfg.tgt_vocab_size, self.init_rng, cfg.np_dtype, tied)
 
     # Each public method checks its arguments once (NumpyTransformerError naming the bad

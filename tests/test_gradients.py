@@ -12,6 +12,8 @@ All checks run in float64 with ``h = 1e-5``.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -19,6 +21,7 @@ from numpytransformer import Transformer, TransformerClassifier, TransformerConf
 from numpytransformer.attention import attention_backward, attention_forward, causal_mask, padding_mask
 from numpytransformer.dropout import Dropout, dropout_backward, dropout_forward
 from numpytransformer.embedding import embedding_backward, embedding_forward
+from numpytransformer.errors import NumpyTransformerError
 from numpytransformer.feedforward import FeedForward, ffn_backward, ffn_forward
 from numpytransformer.exercises import trusted
 from numpytransformer.gradcheck import (KINK_TOL, SMOOTH_TOL, WHOLE_MODEL_TOL, ZERO_ATOL, check_module, check_pair,
@@ -302,9 +305,12 @@ def _not_pad(targets: np.ndarray) -> np.ndarray:
     return (targets != PAD)[..., None]
 
 
-def build_model(kind: str, norm_first: bool, tie: bool = False, pooling: str = "mean", causal: bool = False):
-    """(model in train mode, forward inputs, dout zero at pad targets as the loss's is)."""
-    cfg = tiny_config(norm_first=norm_first, tie_embeddings=tie, pooling=pooling, causal=causal)
+def build_model(kind: str, norm_first: bool, tie: bool = False, pooling: str = "mean", causal: bool = False,
+                share: bool = False):
+    """(model in train mode, forward inputs, dout zero at pad targets as the loss's is).
+    ``share``: one joint vocabulary of 9, its matrix read by the encoder and the decoder."""
+    joint = {"src_vocab_size": 9, "share_embeddings": True} if share else {}
+    cfg = tiny_config(norm_first=norm_first, tie_embeddings=tie, pooling=pooling, causal=causal, **joint)
     r = _rng(42)
     if kind == "transformer":
         model, inputs = Transformer(cfg), [SRC, TGT_IN]
@@ -318,9 +324,10 @@ def build_model(kind: str, norm_first: bool, tie: bool = False, pooling: str = "
     return model.train(), inputs, dout
 
 
-def _model_case(kind: str, norm_first: bool, tie: bool = False, pooling: str = "mean", causal: bool = False):
+def _model_case(kind: str, norm_first: bool, tie: bool = False, pooling: str = "mean", causal: bool = False,
+                share: bool = False):
     def case():
-        model, inputs, dout = build_model(kind, norm_first, tie, pooling, causal)
+        model, inputs, dout = build_model(kind, norm_first, tie, pooling, causal, share)
         errors = check_module(model, inputs, [None] * len(inputs), max_entries=ENTRIES, dout=dout)
         return errors, set(model.parameters())
     return case
@@ -333,6 +340,9 @@ for _ln, _nf in (("postLN", False), ("preLN", True)):
     MODEL_CASES[f"TransformerTagger-{_ln}"] = _model_case("tagger", _nf)
     for _pool in ("mean", "first"):
         MODEL_CASES[f"TransformerClassifier-{_ln}-{_pool}"] = _model_case("classifier", _nf, pooling=_pool)
+# A joint vocabulary: one matrix for the source, the target and the output (three uses, one gradient).
+MODEL_CASES["Transformer-postLN-shared-tied"] = _model_case("transformer", False, tie=True, share=True)
+MODEL_CASES["Transformer-preLN-shared-untied"] = _model_case("transformer", True, share=True)
 # The encoder of a pretrained language model: causal and padding masks together.
 MODEL_CASES["TransformerClassifier-preLN-mean-causal"] = _model_case("classifier", True, causal=True)
 
@@ -349,6 +359,26 @@ def test_tied_model_shares_one_matrix():
     params = model.parameters()
     assert "out.linear.W" not in params and "out.b" in params
     assert model.out.tied is model.decoder.embedder.embed
+
+
+def test_shared_model_has_one_embedding_matrix():
+    model, inputs, _ = build_model("transformer", False, tie=True, share=True)
+    assert [k for k in model.parameters() if k.endswith(".W") and "embed" in k] == ["encoder.embedder.embed.W"]
+    assert model.decoder.embedder.embed.owner is model.encoder.embedder.embed is model.out.tied
+    # Reading the matrix twice equals two models that each hold a copy of it.
+    twin = Transformer(dataclasses.replace(model.cfg, share_embeddings=False))
+    for k, v in model.parameters().items():
+        twin.parameters()[k][...] = v
+    twin.parameters()["decoder.embedder.embed.W"][...] = model.parameters()["encoder.embedder.embed.W"]
+    model.eval(), twin.eval()
+    np.testing.assert_array_equal(model.forward(*inputs), twin.forward(*inputs))
+
+
+def test_shared_embeddings_are_refused_without_one_vocabulary():
+    with pytest.raises(NumpyTransformerError, match="share_embeddings needs one vocabulary.*src_vocab_size is 7"):
+        tiny_config(share_embeddings=True)
+    with pytest.raises(NumpyTransformerError, match="TransformerClassifier has one embedding"):
+        TransformerClassifier(tiny_config(src_vocab_size=9, share_embeddings=True))
 
 
 def _entry_error(analytic: np.ndarray, numeric: np.ndarray) -> float:

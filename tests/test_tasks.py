@@ -25,3 +25,47 @@ def test_translation_records_what_data_it_read():
     s = a.data_summary()
     assert s["train_pairs"] == 50 and s["val_pairs"] == 10 and len(s["sha256"]) == 64
     assert s != b.data_summary()  # another seed draws other number pairs
+
+
+def _small_multi30k(folder, n_train=40):
+    """A Multi30K folder of a few made-up captions: enough for the tokenizers and the splits."""
+    import gzip
+
+    words = [("Ein Hund", "A dog"), ("Zwei Männer", "Two men"), ("Eine Frau", "A woman"), ("Ein Kind", "A child")]
+    acts = [("läuft.", "runs."), ("sitzt im Gras.", "sits in the grass."), ("spielt Fußball.", "plays soccer.")]
+    pairs = [(f"{w[0]} {a[0]}", f"{w[1]} {a[1]}") for w in words for a in acts]
+    sizes = {"train": n_train, "val": 6, "test_2016_flickr": 6}
+    (folder / "multi30k").mkdir()
+    for split, n in sizes.items():
+        rows = [pairs[i % len(pairs)] for i in range(n)]
+        for lang, k in (("de", 0), ("en", 1)):
+            with gzip.open(folder / "multi30k" / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.write("".join(f"{r[k]} {i}\n" for i, r in enumerate(rows)))
+    return folder
+
+
+def test_joint_vocabulary_is_one_tokenizer_and_one_embedding():
+    task = TranslationTask(TranslateData(dataset="numbers", tokenizer="bpe", bpe_merges=60, n_train=300, n_val=20,
+                                         n_test=20, max_number=999, joint_vocab=True),
+                           ModelSettings(d_model=16, n_heads=2, n_layers=1, d_ff=32, tie_embeddings=True))
+    assert task.state["src_tokenizer"] == task.state["tgt_tokenizer"] and task.state["src_vocab"] == task.state["tgt_vocab"]
+    # Both languages' subwords are in the one vocabulary (the English side learns no "hundert").
+    assert "hundert</w>" in task.src_tok.tokenize("dreihundert") and "hundred</w>" in task.src_tok.tokenize("three hundred")
+    assert 3 not in task.src_vocab.encode(task.src_tok.tokenize("dreihundert three hundred"))  # no <unk>
+    model = task.build_model()
+    assert model.cfg.share_embeddings and [k for k in model.parameters() if "embed" in k] == ["encoder.embedder.embed.W"]
+    per_language = TranslationTask(TranslateData(dataset="numbers", tokenizer="bpe", bpe_merges=60, n_train=300,
+                                                 n_val=20, n_test=20, max_number=999), task.model).build_model()
+    assert per_language.num_parameters() > model.num_parameters()
+
+
+def test_holdout_takes_the_last_training_pairs_out_of_training(tmp_path):
+    data = _small_multi30k(tmp_path)
+    task = TranslationTask(TranslateData(dataset="multi30k", holdout=10, bpe_merges=20, max_len=16),
+                           ModelSettings(d_model=16, n_heads=2, n_layers=1, d_ff=32), data_dir=str(data))
+    train, fresh = task.pairs["train"], task.pairs["fresh"]
+    assert len(train) == 30 and len(fresh) == 10
+    assert fresh[0][0].endswith(" 30") and train[-1][0].endswith(" 29")  # the last 10 lines, none of them trained on
+    assert task.data_summary()["train_pairs"] == 30
+    report = task.test_report(task.build_model())
+    assert {"test_sacrebleu_beam4", "fresh_sacrebleu_greedy", "fresh_sacrebleu_beam4"} <= set(report)

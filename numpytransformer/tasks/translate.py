@@ -49,7 +49,10 @@ class TranslateData:
     direction: str = option("de-en", "Multi30K direction", choices=("de-en", "en-de"))
     tokenizer: Optional[str] = option(None, "word tokens, or BPE subwords (learned per language)",
                                       choices=("word", "bpe"), none="bpe for multi30k, word for numbers")
-    bpe_merges: int = option(5000, "BPE merges per language", low=0, high=10 ** 6)
+    bpe_merges: int = option(5000, "BPE merges per language (with --joint-vocab: for both together)",
+                             low=0, high=10 ** 6)
+    joint_vocab: bool = option(False, "one tokenizer and one vocabulary learned on both languages; the encoder and "
+                               "the decoder then read one embedding matrix (--tie shares it with the output too)")
     cased: bool = option(True, "keep case (--no-cased: lower-case everything, as the tutorials do)")
     min_freq: int = option(2, "rarer words become <unk> (word tokens only: BPE keeps every subword it learned)",
                            low=1, high=10 ** 6)
@@ -57,6 +60,9 @@ class TranslateData:
     n_val: int = option(500, "number-word validation pairs", low=1, high=10 ** 5)
     n_test: int = option(1000, "number-word test pairs", low=1, high=10 ** 5)
     max_number: int = option(9999, "largest number written out", low=1, high=10 ** 9)
+    holdout: int = option(0, "hold out the last N Multi30K training pairs as fresh sentences, never trained or "
+                          "tuned on, scored at the end beside the test split (0: train on all 29,000)",
+                          low=0, high=28_000)
     batch_tokens: Optional[int] = option(None, "token budget of a batch, padding included", low=16, high=10 ** 7,
                                          none="3000 for multi30k, 1000 for numbers")
     max_len: int = option(128, "longest sentence in tokens; longer inputs are cut, with a warning",
@@ -64,6 +70,8 @@ class TranslateData:
 
     def __post_init__(self):
         check_fields(self)
+        if self.holdout and self.dataset != "multi30k":
+            raise NumpyTransformerError("--holdout: for Multi30K only; the number words draw fresh pairs as --n-test")
         numbers_only = [flag_of(self, f.name) for f in fields(self)
                         if f.name in ("n_train", "n_val", "n_test", "max_number") and getattr(self, f.name) != f.default]
         if self.dataset == "multi30k" and numbers_only:
@@ -115,21 +123,29 @@ class TranslationTask(Task):
     # ---- data and vocabularies ------------------------------------------------------------
     @cached_property
     def pairs(self) -> Dict[str, List[tuple]]:
-        """``{"train"|"val"|"test": [(source, target), ...]}`` as raw text, read when first needed."""
+        """``{"train"|"val"|"test": [(source, target), ...]}`` as raw text, read when first needed;
+        with ``holdout`` N, also ``"fresh"``: the last N training pairs, taken out of ``"train"``."""
         d = self.data
         if d.dataset == "numbers":
             return make_number_pairs(d.n_train, d.n_val, d.n_test, self.model.seed, d.max_number)
-        return {split: load_multi30k(split, self.data_dir, *d.langs) for split in ("train", "val", "test")}
+        pairs = {split: load_multi30k(split, self.data_dir, *d.langs) for split in ("train", "val", "test")}
+        if d.holdout:
+            pairs["train"], pairs["fresh"] = pairs["train"][:-d.holdout], pairs["train"][-d.holdout:]
+        return pairs
 
     def build_state(self) -> dict:
         d, train = self.data, self.pairs["train"]
+        sides = {"src": [p[0] for p in train], "tgt": [p[1] for p in train]}
+        if d.joint_vocab:  # one tokenizer and vocabulary, learned on both sides, for both
+            sides = dict.fromkeys(sides, sides["src"] + sides["tgt"])
         state = {}
-        for side, k in (("src", 0), ("tgt", 1)):
-            texts = [p[k] for p in train]
+        for side, texts in sides.items():
             tok = Tokenizer.learn(d.tokenizer, texts, d.bpe_merges, lowercase=not d.cased)
             state[f"{side}_tokenizer"] = tok.to_dict()
             min_freq = d.min_freq if d.tokenizer == "word" else 1  # so no <unk> is ever a training target
             state[f"{side}_vocab"] = Vocab.build([tok.tokenize(t) for t in texts], min_freq=min_freq).to_dict()
+            if d.joint_vocab:
+                return {**state, "tgt_tokenizer": state["src_tokenizer"], "tgt_vocab": state["src_vocab"]}
         return state
 
     def data_summary(self) -> dict:
@@ -157,7 +173,8 @@ class TranslationTask(Task):
 
     def build_model(self) -> Transformer:
         return Transformer(TransformerConfig(src_vocab_size=len(self.src_vocab), tgt_vocab_size=len(self.tgt_vocab),
-                                             max_len=self.data.max_len, pad_id=PAD, **self.model.config_fields()))
+                                             max_len=self.data.max_len, pad_id=PAD, share_embeddings=self.data.joint_vocab,
+                                             **self.model.config_fields()))
 
     # ---- training -------------------------------------------------------------------------
     def _index_batches(self, split: str, shuffle: bool, seed: int = 0) -> List[np.ndarray]:
@@ -214,9 +231,12 @@ class TranslationTask(Task):
         return {"val_loss": self.mean_loss(model, self._index_batches("val", shuffle=False)), **self.bleu(model, "val")}
 
     def test_report(self, model) -> Dict[str, float]:
-        greedy, beam = self.bleu(model, "test"), self.bleu(model, "test", beam=4)
-        return {"test_sacrebleu_greedy": greedy["sacrebleu"], "test_sacrebleu_beam4": beam["sacrebleu"],
-                "test_bleu_greedy": greedy["bleu"], "test_bleu_beam4": beam["bleu"], "signature": SIGNATURE}
+        report = {}
+        for split in ("test", "fresh") if self.data.holdout else ("test",):
+            greedy, beam = self.bleu(model, split), self.bleu(model, split, beam=4)
+            report.update({f"{split}_sacrebleu_greedy": greedy["sacrebleu"], f"{split}_sacrebleu_beam4": beam["sacrebleu"],
+                           f"{split}_bleu_greedy": greedy["bleu"], f"{split}_bleu_beam4": beam["bleu"]})
+        return {**report, "signature": SIGNATURE}
 
     def evaluate(self, model, n: int, seed: int, beam: int = 1) -> Dict[str, float]:
         """BLEU on the test split (``n`` > 0: its first n pairs)."""
