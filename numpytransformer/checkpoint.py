@@ -32,7 +32,9 @@ from .errors import NumpyTransformerError
 __all__ = ["CheckpointError", "FORMAT_VERSION", "FIELDS", "save_checkpoint", "load_checkpoint",
            "read_checkpoint_meta", "atomic_write", "average_checkpoints"]
 
-FORMAT_VERSION = 4  # 4: the config's causal field; 3: the sublayers are named (self_attn_sublayer, ...)
+# 5: translation's joint_vocab and holdout, the config's share_embeddings; 4: the config's causal field;
+# 3: the sublayers are named (self_attn_sublayer, ...)
+FORMAT_VERSION = 5
 
 #: The fields of ``checkpoint.json`` and their JSON types (``a.b`` is field ``b`` inside ``a``);
 #: save and load both check a document against them.

@@ -330,8 +330,9 @@ def test_recipes_fix_their_updates_not_their_minutes(capsys):
             train_cfg = cls.recipe(cls.Data(**kw))[1]
             assert train_cfg.max_minutes == 0, (name, kw)
     for direction, epochs in (("de-en", 17), ("en-de", 20)):
-        train_cfg = TranslationTask.recipe(task_class("translate").Data(dataset="multi30k", direction=direction))[1]
-        assert (train_cfg.epochs, train_cfg.keep_epochs) == (epochs, 5)
+        model_cfg, train_cfg = TranslationTask.recipe(task_class("translate").Data(dataset="multi30k", direction=direction))
+        assert (train_cfg.epochs, train_cfg.keep_epochs, train_cfg.cooldown) == (epochs, 5, 0.3)
+        assert model_cfg.tie_embeddings
     code, out, _ = _run(["train", "translate", "--help"], capsys)
     text = " ".join(out.split())
     assert code == 0 and "(0: no limit) (default: 0" in text and "a slower machine takes longer" in text

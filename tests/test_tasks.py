@@ -69,3 +69,19 @@ def test_holdout_takes_the_last_training_pairs_out_of_training(tmp_path):
     assert task.data_summary()["train_pairs"] == 30
     report = task.test_report(task.build_model())
     assert {"test_sacrebleu_beam4", "fresh_sacrebleu_greedy", "fresh_sacrebleu_beam4"} <= set(report)
+
+
+def test_beam_search_divides_by_the_data_settings_length_penalty(monkeypatch):
+    """Multi30K's recipe decodes with the penalty chosen on its validation split; an explicit one wins."""
+    import numpytransformer.tasks.translate as translate
+
+    assert TranslateData(dataset="multi30k").length_penalty == 1.6 and TranslateData().length_penalty == 0.6
+    seen = []
+    monkeypatch.setattr(translate, "beam_search", lambda model, batch, n, beam, lp, bos, eos: seen.append(lp) or
+                        [[] for _ in batch])
+    task = TranslationTask(TranslateData(n_train=50, n_val=10, n_test=10, max_number=999, min_freq=1, length_penalty=2.5),
+                           ModelSettings(d_model=16, n_heads=2, n_layers=1, d_ff=32))
+    model, src = task.build_model(), task.split_ids("test")[0][:3]
+    task.translate_ids(model, src, beam=3)
+    task.translate_ids(model, src, beam=3, length_penalty=0.0)
+    assert seen == [2.5, 0.0]
