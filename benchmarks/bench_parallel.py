@@ -16,9 +16,9 @@ The recipes, at their shapes:
 
 * ``reversal``: ``train reverse``'s task and recipe (d64, 2+2 layers, pre-LN, 128 sequences of
   1-20 symbols a batch), on its own generated data.
-* ``translation``: the Multi30K recipe's model (d256, 3+3 layers, 8 heads, d_ff 512, post-LN,
-  dropout 0.1) with the cased-BPE vocabularies' sizes (5,044 and 4,919), on random token ids in
-  batches of the recipe's 3,000-token budget (120 sentence pairs padded to 25 tokens, lengths
+* ``translation``: the untied Multi30K model of 2026-11-25 (d256, 3+3 layers, 8 heads, d_ff 512,
+  post-LN, dropout 0.1) with the cased-BPE vocabularies' sizes (5,044 and 4,919), on random token
+  ids in batches of the recipe's 3,000-token budget (120 sentence pairs padded to 25 tokens, lengths
   10-25).
 * ``lm``: the language model recipe's first model (d128, 2 pre-LN blocks, tied embeddings, learned positions),
   a 565-token vocabulary (Tiny Shakespeare's BPE with 500 merges), 16 windows of 128 tokens, on

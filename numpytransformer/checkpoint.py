@@ -32,7 +32,7 @@ from .errors import NumpyTransformerError
 __all__ = ["CheckpointError", "FORMAT_VERSION", "FIELDS", "save_checkpoint", "load_checkpoint",
            "read_checkpoint_meta", "atomic_write", "average_checkpoints"]
 
-# 5: translation's joint_vocab and holdout, the config's share_embeddings; 4: the config's causal field;
+# 5: translation's joint_vocab, holdout and length_penalty, the config's share_embeddings; 4: its causal field;
 # 3: the sublayers are named (self_attn_sublayer, ...)
 FORMAT_VERSION = 5
 

@@ -108,8 +108,9 @@ class Embedding(Module):
 
 
 class SharedEmbedding(Module):
-    """A second reader of another :class:`Embedding`'s matrix: the source side of a joint
-    vocabulary, where section 3.4 shares one weight matrix between the two embedding layers.
+    """A second reader of another :class:`Embedding`'s matrix: the decoder's, in a model whose source
+    and target share one vocabulary, where section 3.4 shares one weight matrix between the two
+    embedding layers (the encoder's :class:`Embedding` owns it).
 
     It looks ids up with the same pair, and its backward adds ``dW`` to the owner's gradient,
     so the shared matrix receives the sum of both uses, as a tied output projection does.
@@ -128,5 +129,6 @@ class SharedEmbedding(Module):
         return out
 
     def backward(self, dout: np.ndarray) -> None:
+        """Adds ``dW`` to the owner's gradient; ids have no gradient, so nothing is returned."""
         self.owner.grads["W"] += embedding_backward(dout, self._pop_cache())
         return None

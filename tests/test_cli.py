@@ -141,6 +141,21 @@ def test_translate_numbers_end_to_end(tmp_path, capsys, monkeypatch):
     assert _run(["translate", "--checkpoint", str(out), "seven"], capsys) == (0, "\n", "")
 
 
+def test_a_joint_vocabulary_model_saves_loads_averages_and_resumes(tmp_path, capsys):
+    """One matrix for source, target and output, through every command that reads a checkpoint."""
+    out, avg = tmp_path / "joint", tmp_path / "joint-avg"
+    argv = TINY_TRANSLATE[:-1] + ["2", "--joint-vocab", "--tie", "--keep-epochs", "2", "--out", str(out)]
+    code, shown, err = _run(argv, capsys)
+    assert code == 0 and err == "" and "joint_vocab=True" in shown
+    assert _run(["eval", "--checkpoint", str(out), "--beam", "2"], capsys)[0] == 0
+    code, shown, _ = _run(["translate", "--checkpoint", str(out), "seven"], capsys)
+    assert code == 0 and len(shown.splitlines()) == 1
+    assert _run(["average", str(out), "--out", str(avg)], capsys)[0] == 0
+    assert _run(["eval", "--checkpoint", str(avg)], capsys)[0] == 0
+    code, shown, err = _run(argv[:-2] + ["--epochs", "3", "--out", str(out), "--resume"], capsys)
+    assert code == 0 and err == "" and "epoch 3 done" in shown
+
+
 def test_translate_refuses_a_reversal_checkpoint(run_dir, capsys):
     code, out, err = _run(["translate", "--checkpoint", str(run_dir), "drei"], capsys)
     assert (code, out) == (2, "")

@@ -1,4 +1,7 @@
 """Task behaviour not covered by the command-line and training tests."""
+import pytest
+
+from numpytransformer.errors import NumpyTransformerError
 from numpytransformer.settings import ModelSettings
 from numpytransformer.tasks.translate import TranslateData, TranslationTask
 
@@ -69,6 +72,8 @@ def test_holdout_takes_the_last_training_pairs_out_of_training(tmp_path):
     assert task.data_summary()["train_pairs"] == 30
     report = task.test_report(task.build_model())
     assert {"test_sacrebleu_beam4", "fresh_sacrebleu_greedy", "fresh_sacrebleu_beam4"} <= set(report)
+    with pytest.raises(NumpyTransformerError, match="--holdout 40: the training split has only 40 pairs"):
+        TranslationTask(TranslateData(dataset="multi30k", holdout=40, bpe_merges=20), task.model, data_dir=str(data))
 
 
 def test_beam_search_divides_by_the_data_settings_length_penalty(monkeypatch):

@@ -137,6 +137,9 @@ class TranslationTask(Task):
             return make_number_pairs(d.n_train, d.n_val, d.n_test, self.model.seed, d.max_number)
         pairs = {split: load_multi30k(split, self.data_dir, *d.langs) for split in ("train", "val", "test")}
         if d.holdout:
+            if d.holdout >= len(pairs["train"]):
+                raise NumpyTransformerError(f"--holdout {d.holdout}: the training split has only "
+                                            f"{len(pairs['train'])} pairs; hold out fewer")
             pairs["train"], pairs["fresh"] = pairs["train"][:-d.holdout], pairs["train"][-d.holdout:]
         return pairs
 
