@@ -12,15 +12,13 @@ from __future__ import annotations
 import argparse
 import time
 
-from numpytransformer.bleu import corpus_bleu
 from numpytransformer.checkpoint import average_checkpoints
 from numpytransformer.cli import _build_model, _read_task
 from numpytransformer.trainer import kept_epochs
 
 
 def sacrebleu(task, model, split: str, beam: int = 1, length_penalty: float = 0.6) -> float:
-    hyps = task.translate_ids(model, task.split_ids(split)[0], beam, length_penalty)
-    return corpus_bleu([task.detok(h) for h in hyps], [t for _, t in task.pairs[split]]).score
+    return task.bleu(model, split, beam, length_penalty=length_penalty)["sacrebleu"]
 
 
 def main() -> None:

@@ -145,18 +145,17 @@ class TranslationTask(Task):
 
     def build_state(self) -> dict:
         d, train = self.data, self.pairs["train"]
-        sides = {"src": [p[0] for p in train], "tgt": [p[1] for p in train]}
-        if d.joint_vocab:  # one tokenizer and vocabulary, learned on both sides, for both
-            sides = dict.fromkeys(sides, sides["src"] + sides["tgt"])
-        state = {}
-        for side, texts in sides.items():
+
+        def learn(texts):
             tok = Tokenizer.learn(d.tokenizer, texts, d.bpe_merges, lowercase=not d.cased)
-            state[f"{side}_tokenizer"] = tok.to_dict()
             min_freq = d.min_freq if d.tokenizer == "word" else 1  # so no <unk> is ever a training target
-            state[f"{side}_vocab"] = Vocab.build([tok.tokenize(t) for t in texts], min_freq=min_freq).to_dict()
-            if d.joint_vocab:
-                return {**state, "tgt_tokenizer": state["src_tokenizer"], "tgt_vocab": state["src_vocab"]}
-        return state
+            return tok.to_dict(), Vocab.build([tok.tokenize(t) for t in texts], min_freq=min_freq).to_dict()
+
+        src, tgt = [p[0] for p in train], [p[1] for p in train]
+        src_side = learn(src + tgt if d.joint_vocab else src)
+        tgt_side = src_side if d.joint_vocab else learn(tgt)  # a joint vocabulary serves both sides
+        return {"src_tokenizer": src_side[0], "src_vocab": src_side[1],
+                "tgt_tokenizer": tgt_side[0], "tgt_vocab": tgt_side[1]}
 
     def data_summary(self) -> dict:
         """Pair counts and a digest of the training and validation pairs."""
@@ -183,8 +182,8 @@ class TranslationTask(Task):
 
     def build_model(self) -> Transformer:
         return Transformer(TransformerConfig(src_vocab_size=len(self.src_vocab), tgt_vocab_size=len(self.tgt_vocab),
-                                             max_len=self.data.max_len, pad_id=PAD, share_embeddings=self.data.joint_vocab,
-                                             **self.model.config_fields()))
+                                             max_len=self.data.max_len, pad_id=PAD,
+                                             share_embeddings=self.data.joint_vocab, **self.model.config_fields()))
 
     # ---- training -------------------------------------------------------------------------
     def _index_batches(self, split: str, shuffle: bool, seed: int = 0) -> List[np.ndarray]:
@@ -232,9 +231,11 @@ class TranslationTask(Task):
     def detok(self, ids: Sequence[int]) -> str:
         return self.tgt_tok.detokenize(self.tgt_vocab.decode(ids))
 
-    def bleu(self, model, split: str, beam: int = 1, limit: Optional[int] = None) -> Dict[str, float]:
+    def bleu(self, model, split: str, beam: int = 1, limit: Optional[int] = None,
+             length_penalty: Optional[float] = None) -> Dict[str, float]:
         """BLEU of a split: ``sacrebleu`` is measure (a), ``bleu`` measure (b)."""
-        hyps = [self.detok(h) for h in self.translate_ids(model, self.split_ids(split)[0][:limit], beam)]
+        ids = self.translate_ids(model, self.split_ids(split)[0][:limit], beam, length_penalty)
+        hyps = [self.detok(h) for h in ids]
         refs = [t for _, t in self.pairs[split][:limit]]
         a = bleu_tokens([word_tokenize(h, lowercase=True) for h in hyps], [word_tokenize(r, lowercase=True) for r in refs])
         return {"sacrebleu": corpus_bleu(hyps, refs).score, "bleu": a.score}
@@ -246,8 +247,8 @@ class TranslationTask(Task):
         report = {}
         for split in ("test", "fresh") if self.data.holdout else ("test",):
             greedy, beam = self.bleu(model, split), self.bleu(model, split, beam=4)
-            report.update({f"{split}_sacrebleu_greedy": greedy["sacrebleu"], f"{split}_sacrebleu_beam4": beam["sacrebleu"],
-                           f"{split}_bleu_greedy": greedy["bleu"], f"{split}_bleu_beam4": beam["bleu"]})
+            for measure in ("sacrebleu", "bleu"):
+                report.update({f"{split}_{measure}_greedy": greedy[measure], f"{split}_{measure}_beam4": beam[measure]})
         return {**report, "signature": SIGNATURE}
 
     def evaluate(self, model, n: int, seed: int, beam: int = 1) -> Dict[str, float]:
