@@ -62,13 +62,16 @@ def test_joint_vocabulary_is_one_tokenizer_and_one_embedding():
     assert per_language.num_parameters() > model.num_parameters()
 
 
-def test_holdout_takes_the_last_training_pairs_out_of_training(tmp_path):
+def test_holdout_takes_random_training_pairs_out_of_training(tmp_path):
     data = _small_multi30k(tmp_path)
     task = TranslationTask(TranslateData(dataset="multi30k", holdout=10, bpe_merges=20, max_len=16),
                            ModelSettings(d_model=16, n_heads=2, n_layers=1, d_ff=32), data_dir=str(data))
     train, fresh = task.pairs["train"], task.pairs["fresh"]
-    assert len(train) == 30 and len(fresh) == 10
-    assert fresh[0][0].endswith(" 30") and train[-1][0].endswith(" 29")  # the last 10 lines, none of them trained on
+    assert len(train) == 30 and len(fresh) == 10 and not set(train) & set(fresh)
+    assert {p[0].rsplit(" ", 1)[1] for p in fresh} != {str(i) for i in range(30, 40)}  # a draw, not the file's tail
+    other_seed = TranslationTask(TranslateData(dataset="multi30k", holdout=10, bpe_merges=20, max_len=16),
+                                 ModelSettings(d_model=16, n_heads=2, n_layers=1, d_ff=32, seed=7), data_dir=str(data))
+    assert other_seed.pairs["fresh"] == fresh  # every run holds out the same pairs
     assert task.data_summary()["train_pairs"] == 30
     report = task.test_report(task.build_model())
     assert {"test_sacrebleu_beam4", "fresh_sacrebleu_greedy", "fresh_sacrebleu_beam4"} <= set(report)

@@ -60,8 +60,9 @@ class TranslateData:
     n_val: int = option(500, "number-word validation pairs", low=1, high=10 ** 5)
     n_test: int = option(1000, "number-word test pairs", low=1, high=10 ** 5)
     max_number: int = option(9999, "largest number written out", low=1, high=10 ** 9)
-    holdout: int = option(0, "hold out the last N Multi30K training pairs as fresh sentences, never trained or "
-                          "tuned on, scored at the end beside the test split (0: train on all 29,000)",
+    holdout: int = option(0, "hold out N Multi30K training pairs, drawn at random (the same for every seed), as "
+                          "fresh sentences never trained or tuned on, scored at the end beside the test split "
+                          "(0: train on all 29,000)",
                           low=0, high=28_000)
     batch_tokens: Optional[int] = option(None, "token budget of a batch, padding included", low=16, high=10 ** 7,
                                          none="3000 for multi30k, 1000 for numbers")
@@ -131,7 +132,8 @@ class TranslationTask(Task):
     @cached_property
     def pairs(self) -> Dict[str, List[tuple]]:
         """``{"train"|"val"|"test": [(source, target), ...]}`` as raw text, read when first needed;
-        with ``holdout`` N, also ``"fresh"``: the last N training pairs, taken out of ``"train"``."""
+        with ``holdout`` N, also ``"fresh"``: N training pairs drawn at random, taken out of ``"train"``.
+        Not the file's last N: it is in image order, and its tail is longer and less like the rest."""
         d = self.data
         if d.dataset == "numbers":
             return make_number_pairs(d.n_train, d.n_val, d.n_test, self.model.seed, d.max_number)
@@ -140,7 +142,9 @@ class TranslationTask(Task):
             if d.holdout >= len(pairs["train"]):
                 raise NumpyTransformerError(f"--holdout {d.holdout}: the training split has only "
                                             f"{len(pairs['train'])} pairs; hold out fewer")
-            pairs["train"], pairs["fresh"] = pairs["train"][:-d.holdout], pairs["train"][-d.holdout:]
+            fresh = set(np.random.default_rng(0).choice(len(pairs["train"]), d.holdout, replace=False).tolist())
+            pairs["fresh"] = [p for i, p in enumerate(pairs["train"]) if i in fresh]  # one draw, whatever the seed
+            pairs["train"] = [p for i, p in enumerate(pairs["train"]) if i not in fresh]
         return pairs
 
     def build_state(self) -> dict:
