@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from numpytransformer.datasets.multi30k import load_multi30k
+from numpytransformer.tasks.translate import holdout_indices
 
 
 def ngrams(sentence: str, n: int) -> list:
@@ -22,7 +23,7 @@ def ngrams(sentence: str, n: int) -> list:
 
 def main() -> None:
     train, val, test = (load_multi30k(split) for split in ("train", "val", "test"))
-    drawn = set(np.random.default_rng(0).choice(len(train), 1000, replace=False).tolist())  # as --holdout 1000
+    drawn = holdout_indices(len(train), 1000)  # the pairs --holdout 1000 takes out
     held = {"the file's last 1,000": (train[-1000:], train[:-1000]),
             "1,000 drawn at random": ([p for i, p in enumerate(train) if i in drawn],
                                       [p for i, p in enumerate(train) if i not in drawn]),

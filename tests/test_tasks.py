@@ -68,7 +68,11 @@ def test_holdout_takes_random_training_pairs_out_of_training(tmp_path):
                            ModelSettings(d_model=16, n_heads=2, n_layers=1, d_ff=32), data_dir=str(data))
     train, fresh = task.pairs["train"], task.pairs["fresh"]
     assert len(train) == 30 and len(fresh) == 10 and not set(train) & set(fresh)
-    assert {p[0].rsplit(" ", 1)[1] for p in fresh} != {str(i) for i in range(30, 40)}  # a draw, not the file's tail
+    # a draw, not the file's tail; pinned, so that a change of the draw (the seed, or NumPy's sampling) is seen:
+    # the held-out figures in RESULTS.md hold for this draw only
+    drawn = [0, 1, 2, 6, 9, 10, 16, 20, 26, 32]
+    assert [int(p[0].rsplit(" ", 1)[1]) for p in fresh] == drawn
+    assert [int(p[0].rsplit(" ", 1)[1]) for p in train] == [i for i in range(40) if i not in drawn]  # in file order
     other_seed = TranslationTask(TranslateData(dataset="multi30k", holdout=10, bpe_merges=20, max_len=16),
                                  ModelSettings(d_model=16, n_heads=2, n_layers=1, d_ff=32, seed=7), data_dir=str(data))
     assert other_seed.pairs["fresh"] == fresh  # every run holds out the same pairs

@@ -96,6 +96,11 @@ class TranslateData:
         return tuple(self.direction.split("-")) if self.dataset == "multi30k" else ("en", "de")
 
 
+def holdout_indices(n_pairs: int, n: int) -> set:
+    """The training pairs that ``--holdout n`` takes out: one draw with a fixed seed, whatever the model's."""
+    return set(np.random.default_rng(0).choice(n_pairs, n, replace=False).tolist())
+
+
 class TranslationTask(Task):
     """Data, vocabularies, model, loss and BLEU for the trainer and the command line."""
 
@@ -143,8 +148,8 @@ class TranslationTask(Task):
             if d.holdout >= len(pairs["train"]):
                 raise NumpyTransformerError(f"--holdout {d.holdout}: the training split has only "
                                             f"{len(pairs['train'])} pairs; hold out fewer")
-            fresh = set(np.random.default_rng(0).choice(len(pairs["train"]), d.holdout, replace=False).tolist())
-            pairs["fresh"] = [p for i, p in enumerate(pairs["train"]) if i in fresh]  # one draw, whatever the seed
+            fresh = holdout_indices(len(pairs["train"]), d.holdout)
+            pairs["fresh"] = [p for i, p in enumerate(pairs["train"]) if i in fresh]
             pairs["train"] = [p for i, p in enumerate(pairs["train"]) if i not in fresh]
         return pairs
 
