@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from numpytransformer.datasets.multi30k import load_multi30k
-from numpytransformer.tasks.translate import holdout_indices
+from numpytransformer.tasks.translate import holdout_split
 
 
 def ngrams(sentence: str, n: int) -> list:
@@ -23,10 +23,8 @@ def ngrams(sentence: str, n: int) -> list:
 
 def main() -> None:
     train, val, test = (load_multi30k(split) for split in ("train", "val", "test"))
-    drawn = holdout_indices(len(train), 1000)  # the pairs --holdout 1000 takes out
-    held = {"the file's last 1,000": (train[-1000:], train[:-1000]),
-            "1,000 drawn at random": ([p for i, p in enumerate(train) if i in drawn],
-                                      [p for i, p in enumerate(train) if i not in drawn]),
+    kept, drawn = holdout_split(train, 1000)  # as --holdout 1000
+    held = {"the file's last 1,000": (train[-1000:], train[:-1000]), "1,000 drawn at random": (drawn, kept),
             "validation": (val, train), "test_2016_flickr": (test, train)}
     print(f"{'set':24} {'side':5} {'words':>6} {'1-grams':>8} {'2-grams':>8} {'4-grams':>8}  (share seen in training)")
     for name, (pairs, rest) in held.items():

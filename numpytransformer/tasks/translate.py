@@ -96,9 +96,11 @@ class TranslateData:
         return tuple(self.direction.split("-")) if self.dataset == "multi30k" else ("en", "de")
 
 
-def holdout_indices(n_pairs: int, n: int) -> set:
-    """The training pairs that ``--holdout n`` takes out: one draw with a fixed seed, whatever the model's."""
-    return set(np.random.default_rng(0).choice(n_pairs, n, replace=False).tolist())
+def holdout_split(pairs: List[tuple], n: int):
+    """``(kept, held_out)``, each in file order, as ``--holdout n`` splits the training pairs: one draw
+    with a fixed seed, whatever the model's."""
+    drawn = set(np.random.default_rng(0).choice(len(pairs), n, replace=False).tolist())
+    return [p for i, p in enumerate(pairs) if i not in drawn], [p for i, p in enumerate(pairs) if i in drawn]
 
 
 class TranslationTask(Task):
@@ -148,9 +150,7 @@ class TranslationTask(Task):
             if d.holdout >= len(pairs["train"]):
                 raise NumpyTransformerError(f"--holdout {d.holdout}: the training split has only "
                                             f"{len(pairs['train'])} pairs; hold out fewer")
-            fresh = holdout_indices(len(pairs["train"]), d.holdout)
-            pairs["fresh"] = [p for i, p in enumerate(pairs["train"]) if i in fresh]
-            pairs["train"] = [p for i, p in enumerate(pairs["train"]) if i not in fresh]
+            pairs["train"], pairs["fresh"] = holdout_split(pairs["train"], d.holdout)
         return pairs
 
     def build_state(self) -> dict:
