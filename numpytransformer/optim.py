@@ -78,9 +78,14 @@ class Adam:
         The live parameter arrays (``model.parameters()``).
     lr : float or callable
         A constant, or a schedule ``lr(step)`` such as :class:`NoamSchedule`.
+    weight_decay : float
+        Decoupled weight decay (AdamW, Loshchilov & Hutter, 2019): before each update every
+        matrix (embeddings included; not the biases nor LayerNorm's gain and shift) is scaled
+        by ``1 - lr * weight_decay``, apart from the gradient's moments. 0 (the default) is Adam.
     """
 
-    def __init__(self, params: Dict[str, np.ndarray], lr=1e-3, betas=(0.9, 0.98), eps: float = 1e-9):
+    def __init__(self, params: Dict[str, np.ndarray], lr=1e-3, betas=(0.9, 0.98), eps: float = 1e-9,
+                 weight_decay: float = 0.0):
         self.params = params
         self.lr = lr if callable(lr) else check_real(lr, "lr", 0.0)
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
@@ -88,6 +93,7 @@ class Adam:
         self.beta1 = check_real(betas[0], "betas[0]", 0.0, 1.0, high_open=True)
         self.beta2 = check_real(betas[1], "betas[1]", 0.0, 1.0, high_open=True)
         self.eps = check_real(eps, "eps", 0.0, low_open=True)
+        self.weight_decay = check_real(weight_decay, "weight_decay", 0.0)
         self.t = 0
         self.m = {k: np.zeros_like(p) for k, p in params.items()}
         self.v = {k: np.zeros_like(p) for k, p in params.items()}
@@ -107,6 +113,10 @@ class Adam:
                                  f"expected shape {p.shape} and dtype {p.dtype} like the parameter")
         self.t += 1
         lr = self.current_lr(self.t)
+        if self.weight_decay:  # AdamW's decay: shrink the matrices toward 0, whatever their gradient
+            for p in self.params.values():
+                if p.ndim >= 2:
+                    p *= p.dtype.type(1 - lr * self.weight_decay)
         if FAST_FORMS:  # the fast path is on (fast.use_fast fills FAST_FORMS): the same update, one scratch array
             from .fast import adam_step  # here, not at the top: fast.py sits beside the pairs and imports them
 

@@ -58,6 +58,8 @@ class TrainConfig:
     max_minutes: float = option(0.0, "stop after the epoch that crosses this many minutes (0: no limit)", low=0.0)
     cooldown: float = option(0.0, "share of the run's updates, at its end, over which the learning rate falls "
                              "linearly to 0 (0: off)", low=0.0, high=1.0)
+    weight_decay: float = option(0.0, "decoupled weight decay of the matrices (AdamW; 0: plain Adam)",
+                                 low=0.0, high=1.0)
     keep_epochs: int = option(0, "also keep the weights of the last N epochs in OUT/epochs/, for the average "
                               "command (0: off)", low=0, high=1000)
 
@@ -85,7 +87,7 @@ class Trainer:
         self.comm = SingleProcess() if comm is None else comm
         self.out_dir = Path(out_dir)
         self.noam = NoamSchedule(model.cfg.d_model, cfg.warmup, cfg.lr_factor)
-        self.optimizer = Adam(model.parameters(), lr=self.learning_rate)
+        self.optimizer = Adam(model.parameters(), lr=self.learning_rate, weight_decay=cfg.weight_decay)
         self.total_updates = 0  # the run's length, for the cool-down: planned at each epoch's start
         self.data_summary = task.data_summary()  # recorded in every save: the data is hashed once
         self.history = {"steps": [], "epochs": []}

@@ -295,6 +295,8 @@ def test_noam_warmup_must_be_positive():
     (lambda: Adam({"a": np.ones(3)}, lr="0.1"), "lr must be a real number, got '0.1'"),
     (lambda: Adam({"a": np.ones(3)}, betas=(0.9, 1.0)), r"betas\[1\] must be a finite number in \[0, 1\), got 1.0"),
     (lambda: Adam({"a": np.ones(3)}, eps=0.0), r"eps must be a finite number in \(0, inf\), got 0.0"),
+    (lambda: Adam({"a": np.ones(3)}, weight_decay=-0.1),
+     r"weight_decay must be a finite number in \[0, inf\), got -0.1"),
     (lambda: clip_grad_norm({"a": np.ones(3)}, "1"), "max_norm must be a real number, got '1'"),
 ])
 def test_optimiser_settings_are_checked_where_they_are_given(make, message):

@@ -11,6 +11,7 @@
    (Noam schedule, label smoothing, clipping, Adam) matches PyTorch's step by step, losses and
    final weights, as llm.c's test_gpt2 does.
 """
+import contextlib
 import os
 import subprocess
 import sys
@@ -223,13 +224,16 @@ def test_softmax_cross_entropy_all_pad_and_underflow():
         assert loss == 0.0 and not backward(1.0, cache).any()
 
 
-def textbook_adam(params, grads_seq, lr, b1=0.9, b2=0.98, eps=1e-9):
-    """Kingma & Ba's algorithm 1, written out here independently of optim.py."""
+def textbook_adam(params, grads_seq, lr, b1=0.9, b2=0.98, eps=1e-9, wd=0.0):
+    """Kingma & Ba's algorithm 1, written out here independently of optim.py; with ``wd``,
+    Loshchilov & Hutter's decoupled decay (AdamW) of the matrices."""
     p = {k: v.copy() for k, v in params.items()}
     m = {k: np.zeros_like(v) for k, v in p.items()}
     v = {k: np.zeros_like(x) for k, x in p.items()}
     for t, grads in enumerate(grads_seq, start=1):
         for k in p:
+            if p[k].ndim >= 2:
+                p[k] = p[k] * (1 - lr(t) * wd)
             g = grads[k]
             m[k] = b1 * m[k] + (1 - b1) * g
             v[k] = b2 * v[k] + (1 - b2) * g * g
@@ -237,18 +241,19 @@ def textbook_adam(params, grads_seq, lr, b1=0.9, b2=0.98, eps=1e-9):
     return p, m, v
 
 
+@pytest.mark.parametrize("wd", [0.0, 0.5])
 @pytest.mark.parametrize("dtype, tol", TOLS)
-def test_adam_step(dtype, tol):
+def test_adam_step(dtype, tol, wd):
     rng = np.random.default_rng(7)
     params = {"a": normal(rng, (4, 7), dtype), "b": normal(rng, (3,), dtype), "c": normal(rng, (2, 2, 5), dtype)}
     grads_seq = [{k: normal(rng, v.shape, dtype) for k, v in params.items()} for _ in range(5)]
     lr = NoamSchedule(16, warmup=3)
     expected = textbook_adam({k: v.astype(np.float64) for k, v in params.items()},
-                             [{k: g.astype(np.float64) for k, g in gs.items()} for gs in grads_seq], lr)
+                             [{k: g.astype(np.float64) for k, g in gs.items()} for gs in grads_seq], lr, wd=wd)
     for on in (True, False):
         live = {k: v.copy() for k, v in params.items()}
         held = dict(live)
-        opt = Adam(live, lr=lr)
+        opt = Adam(live, lr=lr, weight_decay=wd)
         fast.use_fast(on)
         try:
             for grads in grads_seq:
@@ -521,6 +526,35 @@ def torch_gpt_loss(t, extra, model, batch, torch):
     logits = t["final_norm"](x) @ extra["embed.W"].T + extra["out.b"]  # the tied output projection
     return torch.nn.functional.cross_entropy(logits.reshape(-1, V), torch.tensor(targets).reshape(-1),
                                              label_smoothing=EPS)
+
+
+def test_adam_weight_decay_matches_pytorch_adamw():
+    """Eight steps of our Adam with ``weight_decay`` against ``torch.optim.AdamW`` with the decay on
+    the matrices' group alone, under the Noam schedule, float64, both paths: to 1e-12, relative."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    params = {"w": rng.normal(size=(4, 7)), "bias": rng.normal(size=(3,)), "w3": rng.normal(size=(2, 2, 5))}
+    grads_seq = [{k: rng.normal(size=v.shape) for k, v in params.items()} for _ in range(8)]
+    noam, wd = NoamSchedule(16, warmup=3), 0.3
+    theirs = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+    groups = [{"params": [theirs["w"], theirs["w3"]], "weight_decay": wd},
+              {"params": [theirs["bias"]], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda done: noam(done + 1))
+    for grads in grads_seq:
+        for k, tensor in theirs.items():
+            tensor.grad = torch.tensor(grads[k])
+        opt.step()
+        sched.step()
+    for on in (True, False):
+        live = {k: v.copy() for k, v in params.items()}
+        ours = Adam(live, lr=noam, weight_decay=wd)
+        with fast.textbook() if not on else contextlib.nullcontext():
+            for grads in grads_seq:
+                ours.step(grads)
+        for k in params:
+            assert_close(live[k], theirs[k].detach().numpy(), 1e-12, k)
+    assert not np.allclose(live["w"], textbook_adam(params, grads_seq, noam)[0]["w"], rtol=1e-3)  # it decayed
 
 
 TORCH_CASES = {"transformer": (small_transformer, torch_transformer, torch_transformer_loss, seq2seq_batch, PAD),
