@@ -41,7 +41,8 @@ def _task(**kw):
 
 
 def _cfg(**kw):
-    c = dict(epochs=2, warmup=20, lr_factor=1.0, label_smoothing=0.1, log_every=10 ** 6)
+    c = dict(epochs=2, warmup=20, lr_factor=1.0, label_smoothing=0.1, log_every=10 ** 6,
+             weight_decay=0.1)  # decay on: a resume must reproduce it too
     c.update(kw)
     return TrainConfig(**c)
 
