@@ -6,9 +6,9 @@ from its description (not copied): 4 layers, 4 heads, 128 wide, context 64, batc
 positions, tied output; AdamW (lr 1e-3, betas 0.9/0.99, weight decay 0.1 on matrices),
 100 warm-up iterations then a cosine decay to 1e-4, gradient clipping at 1.0.
 
-Our side is :class:`numpytransformer.lm.TransformerLM` trained the way ``train lm`` trains
-it: Adam (betas 0.9/0.98, no weight decay) with the Noam schedule and clipping at 1.0, with
-a recipe of its own (:data:`NP_DEFAULTS`, changed by ``--np "key=value ..."``; repeat
+Our side is :class:`numpytransformer.lm.TransformerLM` trained the way ``train lm --tokenization
+char`` trains it: Adam (betas 0.9/0.98, no weight decay) with the Noam schedule and clipping at
+1.0, with a recipe of its own (:data:`NP_DEFAULTS`, changed by ``--np "key=value ..."``; repeat
 ``--np`` to run several of ours against one reference). Each of our sides trains for as
 long as the reference took for its 2,000 iterations (or ``--np-seconds``).
 

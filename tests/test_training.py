@@ -41,8 +41,7 @@ def _task(**kw):
 
 
 def _cfg(**kw):
-    c = dict(epochs=2, warmup=20, lr_factor=1.0, label_smoothing=0.1, log_every=10 ** 6,
-             weight_decay=0.1)  # decay on: a resume must reproduce it too
+    c = dict(epochs=2, warmup=20, lr_factor=1.0, label_smoothing=0.1, log_every=10 ** 6)
     c.update(kw)
     return TrainConfig(**c)
 
@@ -138,7 +137,7 @@ def straight(tmp_path_factory):
         if (accum, cooldown) not in runs:
             task = _task()
             runs[accum, cooldown] = Trainer(task.build_model(), task,
-                                            _cfg(epochs=3, accum_steps=accum, cooldown=cooldown),
+                                            _cfg(epochs=3, accum_steps=accum, cooldown=cooldown, weight_decay=0.1),
                                             tmp_path_factory.mktemp("straight"), log=_quiet)
             runs[accum, cooldown].fit()
         return runs[accum, cooldown]
@@ -151,8 +150,8 @@ def straight(tmp_path_factory):
 def test_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch, straight, accum, where, cooldown):
     """Three epochs straight; then a run interrupted after epoch 1 (Ctrl-C in the epoch's log line,
     or as epoch 2 fetches its batches), continued by a new task, model and trainer from last/:
-    the same losses, epoch records and weights, bit for bit. Dropout is on, so the saved
-    generator state matters; with accum 2 the 5 batches of an epoch make 3 updates, the last of one."""
+    the same losses, epoch records and weights, bit for bit. Dropout and weight decay are on, so the
+    saved generator state matters; with accum 2 the 5 batches of an epoch make 3 updates, the last of one."""
     straight = straight(accum, cooldown)
 
     task = _task()
@@ -167,14 +166,14 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch, straight
 
         monkeypatch.setattr(task, "train_batches", batches)
         log = lines.append
-    first = Trainer(task.build_model(), task, _cfg(epochs=3, accum_steps=accum, cooldown=cooldown), tmp_path / "run", log=log)
+    first = Trainer(task.build_model(), task, _cfg(epochs=3, accum_steps=accum, cooldown=cooldown, weight_decay=0.1), tmp_path / "run", log=log)
     with pytest.raises(KeyboardInterrupt):
         first.fit()
     assert lines[-1] == f"interrupted: {tmp_path / 'run' / 'last'} holds epoch 1; continue with --resume"
     assert read_checkpoint_meta(tmp_path / "run" / "last", for_resume=True)["epoch"] == 1
 
     task2 = _task()  # a new process builds everything again
-    second = Trainer(task2.build_model(), task2, _cfg(epochs=3, accum_steps=accum, cooldown=cooldown), tmp_path / "run", log=_quiet)
+    second = Trainer(task2.build_model(), task2, _cfg(epochs=3, accum_steps=accum, cooldown=cooldown, weight_decay=0.1), tmp_path / "run", log=_quiet)
     second.resume()
     assert second.epoch == 1 and second.optimizer.t == straight.optimizer.t // 3
     second.fit()
@@ -183,6 +182,11 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch, straight
     _same_weights(straight.model, second.model)
     hist = json.loads((tmp_path / "run" / "history.json").read_text())
     assert [without_timing(e) for e in hist["epochs"]] == _epochs(straight)
+
+
+def test_the_weight_decay_setting_reaches_adam(tmp_path):
+    task = _task()
+    assert Trainer(task.build_model(), task, _cfg(weight_decay=0.25), tmp_path, log=_quiet).optimizer.weight_decay == 0.25
 
 
 def test_a_resume_with_another_accum_plans_its_cooldown_anew(tmp_path):
