@@ -240,7 +240,7 @@ def test_ctrl_c_mid_epoch_leaves_last_at_the_last_finished_epoch(tmp_path, monke
 
     monkeypatch.setattr(task, "train_step_loss", step_loss)
     lines = []
-    first = Trainer(task.build_model(), task, _cfg(epochs=3), tmp_path / "run", log=lines.append)
+    first = Trainer(task.build_model(), task, _cfg(epochs=3, weight_decay=0.1), tmp_path / "run", log=lines.append)
     with pytest.raises(KeyboardInterrupt):
         first.fit()
     assert lines[-1] == f"interrupted: {tmp_path / 'run' / 'last'} holds epoch 1; continue with --resume"
@@ -248,7 +248,7 @@ def test_ctrl_c_mid_epoch_leaves_last_at_the_last_finished_epoch(tmp_path, monke
     assert doc["epoch"] == 1 and doc["step"] == n and len(doc["history"]["steps"]) == n
 
     task2 = _task()
-    second = Trainer(task2.build_model(), task2, _cfg(epochs=3), tmp_path / "run", log=_quiet)
+    second = Trainer(task2.build_model(), task2, _cfg(epochs=3, weight_decay=0.1), tmp_path / "run", log=_quiet)
     second.resume()
     second.fit()
     assert _losses(second) == _losses(straight)
