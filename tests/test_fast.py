@@ -240,6 +240,21 @@ def textbook_adam(params, grads_seq, lr, b1=0.9, b2=0.98, eps=1e-9, wd=0.0):
     return p, m, v
 
 
+def adam_on_path(params, grads_seq, lr, wd, on):
+    """Our Adam over ``grads_seq`` on the fast (``on``) or the textbook path: (the parameters, a dict
+    of the arrays they started as, the optimiser)."""
+    live = {k: v.copy() for k, v in params.items()}
+    held = dict(live)
+    opt = Adam(live, lr=lr, weight_decay=wd)
+    fast.use_fast(on)
+    try:
+        for grads in grads_seq:
+            opt.step(grads)
+    finally:
+        fast.use_fast(True)
+    return live, held, opt
+
+
 @pytest.mark.parametrize("wd", [0.0, 0.5])
 @pytest.mark.parametrize("dtype, tol", TOLS)
 def test_adam_step(dtype, tol, wd):
@@ -250,15 +265,7 @@ def test_adam_step(dtype, tol, wd):
     expected = textbook_adam({k: v.astype(np.float64) for k, v in params.items()},
                              [{k: g.astype(np.float64) for k, g in gs.items()} for gs in grads_seq], lr, wd=wd)
     for on in (True, False):
-        live = {k: v.copy() for k, v in params.items()}
-        held = dict(live)
-        opt = Adam(live, lr=lr, weight_decay=wd)
-        fast.use_fast(on)
-        try:
-            for grads in grads_seq:
-                opt.step(grads)
-        finally:
-            fast.use_fast(True)
+        live, held, opt = adam_on_path(params, grads_seq, lr, wd, on)
         for k in params:
             assert live[k] is held[k], "parameters are updated in place"
             # float32 against the float64 reference: the step, lr ~ 0.1, sits on |p| ~ 1
@@ -546,14 +553,7 @@ def test_adam_weight_decay_matches_pytorch_adamw():
         opt.step()
         sched.step()
     for on in (True, False):
-        live = {k: v.copy() for k, v in params.items()}
-        ours = Adam(live, lr=noam, weight_decay=wd)
-        fast.use_fast(on)
-        try:
-            for grads in grads_seq:
-                ours.step(grads)
-        finally:
-            fast.use_fast(True)
+        live = adam_on_path(params, grads_seq, noam, wd, on)[0]
         for k in params:
             assert_close(live[k], theirs[k].detach().numpy(), 1e-12, k)
     assert not np.allclose(live["w"], textbook_adam(params, grads_seq, noam)[0]["w"], rtol=1e-3)  # it decayed
