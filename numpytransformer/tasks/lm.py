@@ -81,8 +81,8 @@ class LanguageModelTask(Task):
         the number of updates a CPU affords, two blocks learn more than four.
 
         BPE (the default): two blocks of 192 with dropout 0.1 (a wider model overfits this 1 MB text
-        without it) and AdamW's weight decay 0.3, 4,000 updates, the last 30% cooling down to 0. Characters: two blocks of 128
-        without dropout, 5,000 updates, the last 20% cooling down. The embedded corpus: two blocks
+        without it) and AdamW's weight decay 0.3, 4,000 updates, the last 30% cooling down to 0.
+        Characters: two blocks of 128 without dropout, 5,000 updates, the last 20% cooling down. The embedded corpus: two blocks
         of 64, 2,000 updates."""
         small = ModelSettings(d_model=128, n_heads=4, n_layers=2, d_ff=512, dropout=0.0, norm="pre",
                               tie_embeddings=True)
