@@ -128,6 +128,11 @@ def _interrupt_at_log(prefix):
     return log, lines
 
 
+def _three_epochs(**kw):
+    """The settings of the resume tests: 3 epochs, weight decay on (a resume must reproduce it too)."""
+    return _cfg(epochs=3, weight_decay=0.1, **kw)
+
+
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory):
     """``straight(accum, cooldown)``: a finished uninterrupted 3-epoch run (trained once for each)."""
@@ -137,7 +142,7 @@ def straight(tmp_path_factory):
         if (accum, cooldown) not in runs:
             task = _task()
             runs[accum, cooldown] = Trainer(task.build_model(), task,
-                                            _cfg(epochs=3, accum_steps=accum, cooldown=cooldown, weight_decay=0.1),
+                                            _three_epochs(accum_steps=accum, cooldown=cooldown),
                                             tmp_path_factory.mktemp("straight"), log=_quiet)
             runs[accum, cooldown].fit()
         return runs[accum, cooldown]
@@ -166,14 +171,14 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch, straight
 
         monkeypatch.setattr(task, "train_batches", batches)
         log = lines.append
-    first = Trainer(task.build_model(), task, _cfg(epochs=3, accum_steps=accum, cooldown=cooldown, weight_decay=0.1), tmp_path / "run", log=log)
+    first = Trainer(task.build_model(), task, _three_epochs(accum_steps=accum, cooldown=cooldown), tmp_path / "run", log=log)
     with pytest.raises(KeyboardInterrupt):
         first.fit()
     assert lines[-1] == f"interrupted: {tmp_path / 'run' / 'last'} holds epoch 1; continue with --resume"
     assert read_checkpoint_meta(tmp_path / "run" / "last", for_resume=True)["epoch"] == 1
 
     task2 = _task()  # a new process builds everything again
-    second = Trainer(task2.build_model(), task2, _cfg(epochs=3, accum_steps=accum, cooldown=cooldown, weight_decay=0.1), tmp_path / "run", log=_quiet)
+    second = Trainer(task2.build_model(), task2, _three_epochs(accum_steps=accum, cooldown=cooldown), tmp_path / "run", log=_quiet)
     second.resume()
     assert second.epoch == 1 and second.optimizer.t == straight.optimizer.t // 3
     second.fit()
@@ -240,7 +245,7 @@ def test_ctrl_c_mid_epoch_leaves_last_at_the_last_finished_epoch(tmp_path, monke
 
     monkeypatch.setattr(task, "train_step_loss", step_loss)
     lines = []
-    first = Trainer(task.build_model(), task, _cfg(epochs=3, weight_decay=0.1), tmp_path / "run", log=lines.append)
+    first = Trainer(task.build_model(), task, _three_epochs(), tmp_path / "run", log=lines.append)
     with pytest.raises(KeyboardInterrupt):
         first.fit()
     assert lines[-1] == f"interrupted: {tmp_path / 'run' / 'last'} holds epoch 1; continue with --resume"
@@ -248,7 +253,7 @@ def test_ctrl_c_mid_epoch_leaves_last_at_the_last_finished_epoch(tmp_path, monke
     assert doc["epoch"] == 1 and doc["step"] == n and len(doc["history"]["steps"]) == n
 
     task2 = _task()
-    second = Trainer(task2.build_model(), task2, _cfg(epochs=3, weight_decay=0.1), tmp_path / "run", log=_quiet)
+    second = Trainer(task2.build_model(), task2, _three_epochs(), tmp_path / "run", log=_quiet)
     second.resume()
     second.fit()
     assert _losses(second) == _losses(straight)

@@ -82,8 +82,8 @@ class LanguageModelTask(Task):
 
         BPE (the default): two blocks of 192 with dropout 0.1 (a wider model overfits this 1 MB text
         without it) and AdamW's weight decay 0.3, 4,000 updates, the last 30% cooling down to 0.
-        Characters: two blocks of 128 without dropout, 5,000 updates, the last 20% cooling down. The embedded corpus: two blocks
-        of 64, 2,000 updates."""
+        Characters: two blocks of 128 without dropout, 5,000 updates, the last 20% cooling down. The
+        embedded corpus: two blocks of 64, 2,000 updates."""
         small = ModelSettings(d_model=128, n_heads=4, n_layers=2, d_ff=512, dropout=0.0, norm="pre",
                               tie_embeddings=True)
         train = TrainConfig(epochs=4, lr_factor=0.8, warmup=100, label_smoothing=0.0, clip_norm=1.0, log_every=100)

@@ -120,10 +120,10 @@ class TranslationTask(Task):
 
     @classmethod
     def recipe(cls, data: TranslateData):
-        """The number words: 8 epochs. Multi30K: the epochs, dropout and weight decay of :data:`MULTI30K`,
-        about 155 updates an epoch, the target embedding tied to the output projection, and the rate falling
-        linearly to 0 over the last 30% of the updates; the last 5 epochs are kept, and their average
-        replaces the best epoch only if it validates better."""
+        """The number words: 8 epochs. Multi30K: the epochs, dropout and weight decay of
+        :data:`MULTI30K`, about 155 updates an epoch, the target embedding tied to the output
+        projection, and the rate falling linearly to 0 over the last 30% of the updates; the last 5
+        epochs are kept, and their average replaces the best epoch only if it validates better."""
         model = ModelSettings(d_model=256, n_heads=8, n_layers=3, d_ff=512, dropout=0.1)
         if data.dataset == "multi30k":
             direction = cls.MULTI30K[data.direction]
