@@ -171,14 +171,16 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch, straight
 
         monkeypatch.setattr(task, "train_batches", batches)
         log = lines.append
-    first = Trainer(task.build_model(), task, _three_epochs(accum_steps=accum, cooldown=cooldown), tmp_path / "run", log=log)
+    first = Trainer(task.build_model(), task, _three_epochs(accum_steps=accum, cooldown=cooldown), tmp_path / "run",
+                    log=log)
     with pytest.raises(KeyboardInterrupt):
         first.fit()
     assert lines[-1] == f"interrupted: {tmp_path / 'run' / 'last'} holds epoch 1; continue with --resume"
     assert read_checkpoint_meta(tmp_path / "run" / "last", for_resume=True)["epoch"] == 1
 
     task2 = _task()  # a new process builds everything again
-    second = Trainer(task2.build_model(), task2, _three_epochs(accum_steps=accum, cooldown=cooldown), tmp_path / "run", log=_quiet)
+    second = Trainer(task2.build_model(), task2, _three_epochs(accum_steps=accum, cooldown=cooldown), tmp_path / "run",
+                     log=_quiet)
     second.resume()
     assert second.epoch == 1 and second.optimizer.t == straight.optimizer.t // 3
     second.fit()
