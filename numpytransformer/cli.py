@@ -17,14 +17,16 @@ from typing import List, Optional
 
 from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, read_checkpoint_meta, save_checkpoint
 from .config import SEED_MAX
+from .ensemble import Ensemble
 from .errors import NumpyTransformerError
+from .models import Transformer, TransformerClassifier
 from .parallel import launched_rank, launched_ranks, print_traceback_and_stop, stop_run, world
 from .settings import ModelSettings, add_flags, flag_of, given_values, whole_number
 from .tasks.base import TASKS, task_class, task_from_dict
 from .tasks.reverse import ReversalTask, ReverseData
 from .trainer import TrainConfig, Trainer, kept_epochs
 
-__all__ = ["main", "build_parser", "load_for_inference"]
+__all__ = ["main", "build_parser", "load_for_inference", "load_ensemble"]
 
 
 def read_stdin() -> str:
@@ -80,6 +82,28 @@ def load_for_inference(path: str, data_dir: Optional[str] = None, need: Optional
     load_checkpoint(ck, model, doc=doc)
     model.eval()
     return task, model, ck
+
+
+def load_ensemble(paths: List[str], data_dir: Optional[str] = None, need: Optional[str] = None, beam: int = 1):
+    """``(task, model, checkpoint path)`` for one checkpoint, as :func:`load_for_inference`; for several,
+    an :class:`~numpytransformer.ensemble.Ensemble` of their models, which must share the task, its data
+    settings and its vocabulary (the first checkpoint's task encodes the inputs)."""
+    task, model, ck = load_for_inference(paths[0], data_dir, need, beam)
+    if len(paths) == 1:
+        return task, model, ck
+    if not isinstance(model, (Transformer, TransformerClassifier)):
+        raise NumpyTransformerError(f"--checkpoint: an ensemble is for translators and classifiers; {paths[0]} holds "
+                                    f"a {task.name} model ({type(model).__name__}): give one checkpoint")
+    models = [model]
+    for path in paths[1:]:
+        other, member, other_ck = load_for_inference(path, data_dir, need, beam)
+        for what, a, b in (("task", other.name, task.name), ("data settings", other.data, task.data),
+                           ("vocabulary", other.state, task.state)):
+            if a != b:
+                raise NumpyTransformerError(f"--checkpoint {path}: not the same {what} as {paths[0]}; the members of "
+                                            "an ensemble share their task, data settings and vocabulary")
+        models.append(member)
+    return task, Ensemble(models).eval(), f"{ck} and {len(paths) - 1} more"
 
 
 def _fmt(metrics: dict) -> str:
@@ -173,13 +197,13 @@ def cmd_train(args) -> None:
 
 # ---- using a checkpoint ---------------------------------------------------------------------
 def cmd_eval(args) -> None:
-    task, model, ck = load_for_inference(args.checkpoint, args.data_dir, beam=args.beam)
+    task, model, ck = load_ensemble(args.checkpoint, args.data_dir, beam=args.beam)
     print(f"{ck}: {_fmt(task.evaluate(model, n=args.n, seed=args.seed, beam=args.beam))}")
 
 
 def cmd_predict(args) -> None:
     """``predict``, ``translate`` and ``classify``: one given text, or each line of stdin."""
-    task, model, _ = load_for_inference(args.checkpoint, need=args.need, beam=args.beam)
+    task, model, _ = load_ensemble(args.checkpoint, need=args.need, beam=args.beam)
     if args.text is not None:
         task.check_input(args.text)  # stdin keeps its empty lines; one given text must hold something
     lines = [args.text] if args.text is not None else read_stdin().split("\n")
@@ -251,6 +275,9 @@ POSITIVE = whole_number(1, 10 ** 6)
 
 # Arguments several commands take.
 CHECKPOINT = dict(required=True, help="a checkpoint directory or a run directory")
+CHECKPOINTS = dict(required=True, action="append", help="a checkpoint directory or a run directory; given more than "
+                   "once (translators or classifiers of one task and vocabulary), the models predict as an "
+                   "ensemble that averages their probabilities")
 BEAM = dict(type=whole_number(1, 1000), default=1, help="beam size, up to 1000; 1 is greedy (default %(default)s)")
 DATA_DIR = dict(default=None, help="folder of the real data sets (default: $NUMPYTRANSFORMER_DATA, "
                                    "else ../shared/data)")
@@ -286,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
 
     ev = _command(sub, "eval", cmd_eval, "metrics of a checkpoint on held-out data", aliases=["evaluate"])
-    ev.add_argument("--checkpoint", **CHECKPOINT)
+    ev.add_argument("--checkpoint", **CHECKPOINTS)
     ev.add_argument("--n", type=whole_number(0, 10 ** 7, "0 (all) or a count up to 10000000"), default=0,
                     help="how many held-out examples (default: the task's; 0: all of a test split, or the "
                          "default count of generated ones)")
@@ -300,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
             ("classify", "sentiment", "sentiment of a review with a checkpoint", '"This film was a delight."')):
         p = _command(sub, name, cmd_predict, text, description=f"{text[0].upper()}{text[1:]}: one input, or each "
                      "line of standard input (an empty line gives an empty line).")
-        p.add_argument("--checkpoint", **CHECKPOINT)
+        p.add_argument("--checkpoint", **CHECKPOINTS)
         p.add_argument("text", nargs="?", metavar="TEXT", help=f"e.g. {example}; omitted: one per line from stdin")
         p.add_argument("--beam", **BEAM)
         p.set_defaults(need=need)

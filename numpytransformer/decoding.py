@@ -64,10 +64,12 @@ def _strip(row: np.ndarray, eos_id: int) -> List[int]:
 
 def _check_args(model, max_len, bos_id, eos_id) -> tuple:
     """The arguments both searches share; bad ones are a NumpyTransformerError naming them."""
+    from .ensemble import Ensemble
     from .models import Transformer  # here, not at the top: models.py is the lower layer
 
-    if not isinstance(model, Transformer):
-        raise NumpyTransformerError(f"model must be an encoder-decoder Transformer, got {type(model).__name__}")
+    if not isinstance(model, (Transformer, Ensemble)):
+        raise NumpyTransformerError(f"model must be an encoder-decoder Transformer or an Ensemble of them, got "
+                                    f"{type(model).__name__}")
     max_len = check_int(max_len, "max_len", 1)
     V, pad = model.cfg.tgt_vocab_size, model.cfg.pad_id
     bos_id = check_int(bos_id, "bos_id", 0, V - 1)

@@ -112,6 +112,17 @@ def test_eval_prints_exact_match_per_length(run_dir, capsys):
     assert _run(["eval", "--checkpoint", str(run_dir), "--n", "50", "--seed", "3"], capsys)[1] == out
 
 
+def test_several_checkpoints_predict_as_one_ensemble(run_dir, capsys):
+    """The same model twice is an ensemble whose mean probability is the model's own."""
+    ck = str(run_dir)
+    code, single, err = _run(["eval", "--checkpoint", ck, "--n", "40"], capsys)
+    code2, twice, err2 = _run(["eval", "--checkpoint", ck, "--checkpoint", ck, "--n", "40"], capsys)
+    assert code == code2 == 0 and err == err2 == ""
+    assert twice == single.replace(f"{run_dir / 'best'}: ", f"{run_dir / 'best'} and 1 more: ", 1)
+    one = _run(["predict", "--checkpoint", ck, "3 1 2"], capsys)
+    assert one[0] == 0 and _run(["predict", "--checkpoint", ck, "--checkpoint", ck, "3 1 2"], capsys) == one
+
+
 def test_attention_writes_a_png(run_dir, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     png = tmp_path / "attn.png"
@@ -121,7 +132,7 @@ def test_attention_writes_a_png(run_dir, tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
 
 
-def test_translate_numbers_end_to_end(tmp_path, capsys, monkeypatch):
+def test_translate_numbers_end_to_end(run_dir, tmp_path, capsys, monkeypatch):
     out = tmp_path / "mt"
     code, shown, err = _run(TINY_TRANSLATE + ["--out", str(out)], capsys)
     assert code == 0 and err == "" and "test_bleu_greedy" in shown
@@ -136,6 +147,10 @@ def test_translate_numbers_end_to_end(tmp_path, capsys, monkeypatch):
     # translate refuses a checkpoint of another task, and predict runs this one.
     code, shown, err = _run(["predict", "--checkpoint", str(out), "twelve"], capsys)
     assert code == 0 and len(shown.splitlines()) == 1
+    # An ensemble's members share one task and vocabulary.
+    code, shown, err = _run(["eval", "--checkpoint", str(out), "--checkpoint", str(run_dir)], capsys)
+    assert code == 2 and err == (f"error: --checkpoint {run_dir}: not the same task as {out}; the members of an "
+                                 "ensemble share their task, data settings and vocabulary\n")
     # A model that puts EOS first answers with an empty line; the input was fine.
     monkeypatch.setattr(TranslationTask, "translate_ids", lambda self, model, src, beam=1: [[] for _ in src])
     assert _run(["translate", "--checkpoint", str(out), "seven"], capsys) == (0, "\n", "")

@@ -4,6 +4,8 @@ import pytest
 
 from numpytransformer import Transformer, TransformerConfig
 from numpytransformer.decoding import beam_search, greedy_decode, log_softmax
+from numpytransformer.ensemble import Ensemble
+from numpytransformer.errors import NumpyTransformerError
 
 
 def _model(seed=0, norm_first=False, tie=False):
@@ -138,3 +140,53 @@ def test_decoding_leaves_a_training_model_in_training_mode():
     a = greedy_decode(model, _src(), 8)
     assert model.training and a == greedy_decode(model.eval(), _src(), 8)
     assert model.rng.bit_generator.state == state  # no dropout mask was drawn
+
+
+# ---- an ensemble of translators -------------------------------------------------------------
+def test_ensemble_of_one_model_or_of_a_model_twice_decodes_as_the_model():
+    model, src = _model(), _src()
+    for ens in (Ensemble([model]), Ensemble([model, model])):
+        assert greedy_decode(ens, src, 20) == greedy_decode(model, src, 20)
+        assert beam_search(ens, src, 20, beam_size=3) == beam_search(model, src, 20, beam_size=3)
+
+
+def test_ensemble_step_is_the_log_of_the_members_mean_probability():
+    """Two members of different widths; the cached step of the ensemble against each member's
+    teacher-forced softmax, averaged by hand."""
+    a = _model(seed=0)
+    b = Transformer(TransformerConfig(src_vocab_size=15, tgt_vocab_size=17, d_model=8, n_heads=2, n_layers=3,
+                                      d_ff=16, max_len=30, dtype="float64", seed=1)).eval()
+    ens, src = Ensemble([a, b]), _src()
+    tgt = np.random.default_rng(1).integers(4, 17, size=(5, 6))
+    tgt[:, 0] = 1
+    mean = (np.exp(log_softmax(a.forward(src, tgt))) + np.exp(log_softmax(b.forward(src, tgt)))) / 2
+    memory, mask = ens.encode(src)
+    caches = [{} for _ in range(ens.cfg.n_decoder_layers)]
+    steps = np.concatenate([ens._decode_step(tgt[:, t:t + 1], memory, mask, caches, t) for t in range(6)], axis=1)
+    np.testing.assert_allclose(np.exp(steps), mean, atol=1e-12)
+    np.testing.assert_allclose(np.exp(ens._decode(tgt, memory, mask)), mean, atol=1e-12)
+    hyps = beam_search(ens, src, 20, beam_size=3)  # runs on the members' side-by-side memories
+    assert greedy_decode(ens, src, 20, use_cache=True) == greedy_decode(ens, src, 20, use_cache=False)
+    assert len(hyps) == 5
+
+
+def test_ensemble_members_must_share_the_vocabularies():
+    other = Transformer(TransformerConfig(src_vocab_size=15, tgt_vocab_size=19, d_model=8, n_heads=2, n_layers=1,
+                                          d_ff=16, max_len=30)).eval()
+    with pytest.raises(NumpyTransformerError, match=r"models\[1\]: tgt_vocab_size 19 differs"):
+        Ensemble([_model(), other])
+    with pytest.raises(NumpyTransformerError, match="at least one"):
+        Ensemble([])
+
+
+def test_an_ensemble_of_classifiers_scores_the_mean_probability():
+    from numpytransformer.models import TransformerClassifier
+
+    members = [TransformerClassifier(TransformerConfig(src_vocab_size=15, d_model=d, n_heads=2, n_layers=1, d_ff=16,
+                                                       max_len=30, dtype="float64", seed=s)).eval()
+               for s, d in ((0, 8), (1, 12), (2, 8))]
+    x = _src()
+    mean = np.mean([np.exp(log_softmax(m.forward(x))) for m in members], axis=0)
+    np.testing.assert_allclose(np.exp(log_softmax(Ensemble(members).forward(x))), mean, atol=1e-12)
+    with pytest.raises(NumpyTransformerError, match=r"models\[1\]: a Transformer, but models\[0\] is a TransformerClassifier"):
+        Ensemble([members[0], _model()])

@@ -192,6 +192,13 @@ def test_cli_bad_options_fail_early_and_write_nothing(tmp_path, capsys):
 
 
 # ---- splits and vocabulary -------------------------------------------------------------------------
+def test_every_seed_reads_the_same_split_and_builds_the_same_vocabulary(marked_dir):
+    """So that runs of several seeds compare on one validation set and can predict as an ensemble."""
+    a, b = (make_task(marked_dir, val_fraction=0.25, seed=seed) for seed in (0, 7))
+    assert a.texts("val")[0] == b.texts("val")[0] and a.texts("test")[0] == b.texts("test")[0]
+    assert a.state == b.state
+
+
 def test_train_and_validation_are_disjoint_and_unseen_words_are_unk(marked_dir):
     task = make_task(marked_dir, val_fraction=0.25, min_freq=1, vocab_size=5000, max_tokens=64, batch_tokens=1024)
     all_texts, all_labels = load_imdb("train", marked_dir, clean=True)

@@ -7,7 +7,8 @@ BPE units), mapped to ids with a vocabulary of the training split, and cut to
 layer to two logits) learns the cross-entropy of the label.
 
 The 25,000 training reviews give the training and validation sets (``val_fraction``,
-stratified, disjoint by text: see :func:`~numpytransformer.datasets.imdb.train_val_texts`);
+stratified, disjoint by text, the same for every seed: see
+:func:`~numpytransformer.datasets.imdb.train_val_texts`);
 the official test split is read only after training and by ``eval``. The tokenizer and
 the vocabulary are saved in the checkpoint, so a checkpoint classifies new text without the data.
 
@@ -125,7 +126,7 @@ class SentimentTask(Task):
     def texts(self, split: str):
         """Cleaned texts and labels (1 positive) of ``"train"``, ``"val"`` or ``"test"``, read when first needed."""
         if split not in self._texts:
-            d, seed = self.data, self.model.seed
+            d, seed = self.data, 0  # the same reviews for every --seed, so that runs (and ensembles) share a vocabulary
             if split == "test":
                 self._texts["test"] = imdb_test(self.data_dir, d.n_test, seed)
             else:
