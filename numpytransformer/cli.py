@@ -87,21 +87,28 @@ def load_for_inference(path: str, data_dir: Optional[str] = None, need: Optional
 def load_ensemble(paths: List[str], data_dir: Optional[str] = None, need: Optional[str] = None, beam: int = 1):
     """``(task, model, checkpoint path)`` for one checkpoint, as :func:`load_for_inference`; for several,
     an :class:`~numpytransformer.ensemble.Ensemble` of their models, which must share the task, its data
-    settings and its vocabulary (the first checkpoint's task encodes the inputs)."""
+    settings, its vocabulary and the data they trained on (the first checkpoint's task encodes the inputs)."""
     task, model, ck = load_for_inference(paths[0], data_dir, need, beam)
     if len(paths) == 1:
         return task, model, ck
     if not isinstance(model, (Transformer, TransformerClassifier)):
-        raise NumpyTransformerError(f"--checkpoint: an ensemble is for translators and classifiers; {paths[0]} holds "
-                                    f"a {task.name} model ({type(model).__name__}): give one checkpoint")
+        raise NumpyTransformerError(f"--checkpoint: an ensemble is of encoder-decoder models or of classifiers; "
+                                    f"{paths[0]} holds a {task.name} model ({type(model).__name__}): give one")
+    def trained_on(task, ck):  # the digest of the training data; generated data records none, and its seed draws it
+        return read_checkpoint_meta(ck)["data"] or {"seed": task.model.seed}
+
     models = [model]
     for path in paths[1:]:
         other, member, other_ck = load_for_inference(path, data_dir, need, beam)
-        for what, a, b in (("task", other.name, task.name), ("data settings", other.data, task.data),
-                           ("vocabulary", other.state, task.state)):
-            if a != b:
+        differ = [f.name for f in dataclasses.fields(task.data)
+                  if other.name == task.name and getattr(task.data, f.name) != getattr(other.data, f.name)]
+        checks = (("task", other.name == task.name), (f"data settings ({', '.join(differ)})", not differ),
+                  ("vocabulary", other.state == task.state),
+                  ("training data (another seed's draw?)", trained_on(other, other_ck) == trained_on(task, ck)))
+        for what, same in checks:
+            if not same:
                 raise NumpyTransformerError(f"--checkpoint {path}: not the same {what} as {paths[0]}; the members of "
-                                            "an ensemble share their task, data settings and vocabulary")
+                                            "an ensemble share their task, data settings, vocabulary and training data")
         models.append(member)
     return task, Ensemble(models).eval(), f"{ck} and {len(paths) - 1} more"
 
@@ -276,8 +283,8 @@ POSITIVE = whole_number(1, 10 ** 6)
 # Arguments several commands take.
 CHECKPOINT = dict(required=True, help="a checkpoint directory or a run directory")
 CHECKPOINTS = dict(required=True, action="append", help="a checkpoint directory or a run directory; given more than "
-                   "once (translators or classifiers of one task and vocabulary), the models predict as an "
-                   "ensemble that averages their probabilities")
+                   "once (encoder-decoder models or classifiers trained on the same data and vocabulary), the "
+                   "models predict as an ensemble that averages their probabilities")
 BEAM = dict(type=whole_number(1, 1000), default=1, help="beam size, up to 1000; 1 is greedy (default %(default)s)")
 DATA_DIR = dict(default=None, help="folder of the real data sets (default: $NUMPYTRANSFORMER_DATA, "
                                    "else ../shared/data)")

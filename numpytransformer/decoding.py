@@ -67,7 +67,7 @@ def _check_args(model, max_len, bos_id, eos_id) -> tuple:
     from .ensemble import Ensemble
     from .models import Transformer  # here, not at the top: models.py is the lower layer
 
-    if not isinstance(model, (Transformer, Ensemble)):
+    if not isinstance(model.models[0] if isinstance(model, Ensemble) else model, Transformer):
         raise NumpyTransformerError(f"model must be an encoder-decoder Transformer or an Ensemble of them, got "
                                     f"{type(model).__name__}")
     max_len = check_int(max_len, "max_len", 1)

@@ -4,20 +4,19 @@ An ensemble's distribution is the mean of its members' distributions; for a tran
 
     p(y_t | y_<t, x) = (1 / M) * sum_m p_m(y_t | y_<t, x),
 
-so the members must share their vocabularies (the same ids for the same tokens); their sizes may
-differ. ``forward`` returns the log of the mean probability where a model returns its logits (a
-softmax of it gives the mean back), so a classifier's ensemble scores as one classifier.
-
-For translation, :class:`Ensemble` also offers what :func:`~numpytransformer.decoding.greedy_decode`
-and :func:`~numpytransformer.decoding.beam_search` call on a model (``encode``, ``_decode``,
-``_decode_step``, ``cfg``), and returns the log of the mean probability where a model returns
-its logits: the decoders take the argmax, or a log-softmax that leaves log-probabilities as they
-are. The members' memories travel side by side in one array (concatenated along the feature
-axis), so the beam search repeats and reorders them as it does one model's.
+so the members must share their vocabularies (the same ids for the same tokens); their widths and
+depths may differ. Where a model returns logits, :class:`Ensemble` returns the log of the mean
+probability: a softmax of it gives the mean back, an argmax picks the same token, and a
+log-softmax leaves it as it is. So a classifiers' ensemble scores as one classifier (``forward``),
+and an encoder-decoder ensemble offers what :func:`~numpytransformer.decoding.greedy_decode` and
+:func:`~numpytransformer.decoding.beam_search` call on a model (``encode``, ``_decode``,
+``_decode_step``, ``cfg``). The members' memories travel side by side in one array (concatenated
+along the feature axis), so the beam search repeats and reorders them as it does one model's, and
+each member keeps its own slice of the layer caches.
 """
 from __future__ import annotations
 
-import dataclasses
+from types import SimpleNamespace
 from typing import List, Sequence
 
 import numpy as np
@@ -29,28 +28,29 @@ __all__ = ["Ensemble"]
 
 
 class Ensemble:
-    """Models of one task (classifiers, or encoder-decoder translators) whose averaged probabilities
-    are read as one model's."""
+    """Models of one task (classifiers, or encoder-decoder models) whose averaged probabilities are
+    read as one model's."""
 
     def __init__(self, models: Sequence):
         self.models = list(models)
         if not self.models:
-            raise NumpyTransformerError("models: expected at least one Transformer, got none")
+            raise NumpyTransformerError("models: expected at least one trained model, got none")
         first = self.models[0].cfg
         for i, m in enumerate(self.models[1:], 1):
             if type(m) is not type(self.models[0]):
                 raise NumpyTransformerError(f"models[{i}]: a {type(m).__name__}, but models[0] is a "
                                             f"{type(self.models[0]).__name__}; an ensemble's members are of one kind")
-            for field in ("src_vocab_size", "tgt_vocab_size", "n_classes", "pad_id"):
+            for field in ("src_vocab_size", "tgt_vocab_size", "n_classes", "pad_id", "dtype"):
                 if getattr(m.cfg, field) != getattr(first, field):
-                    raise NumpyTransformerError(
-                        f"models[{i}]: {field} {getattr(m.cfg, field)} differs from models[0]'s {getattr(first, field)}; "
-                        "an ensemble's members must share their vocabularies")
-        # the decoders read max_len, the vocabulary, pad_id and how many layer caches to make
-        self.cfg = dataclasses.replace(first, max_len=min(m.cfg.max_len for m in self.models),
-                                       n_decoder_layers=sum(m.cfg.n_decoder_layers for m in self.models))
+                    mine, theirs = getattr(m.cfg, field), getattr(first, field)
+                    raise NumpyTransformerError(f"models[{i}]: {field} {mine} differs from models[0]'s {theirs}; an "
+                                                "ensemble's members share their vocabularies and dtype")
+        # what the decoders read of a model's config; one layer cache per layer of every member
+        self.cfg = SimpleNamespace(src_vocab_size=first.src_vocab_size, tgt_vocab_size=first.tgt_vocab_size,
+                                   pad_id=first.pad_id, max_len=min(m.cfg.max_len for m in self.models),
+                                   n_decoder_layers=sum(getattr(m.cfg, "n_decoder_layers", 0) for m in self.models))
         self.training = False
-        self._widths: List[int] = []
+        self._widths = [m.cfg.d_model for m in self.models]
 
     def eval(self):
         for m in self.models:
@@ -71,11 +71,13 @@ class Ensemble:
     def encode(self, src) -> tuple:
         """src ids (B, S) -> (the members' memories side by side (B, S, sum of d_model), src_mask)."""
         outs = [m.encode(src) for m in self.models]
-        self._widths = [memory.shape[-1] for memory, _ in outs]
         return np.concatenate([memory for memory, _ in outs], axis=-1), outs[0][1]
 
     def _members(self, memory):
         """Each member with its own part of ``memory``."""
+        if memory.shape[-1] != sum(self._widths):
+            raise NumpyTransformerError(f"memory: expected the members' memories side by side, {sum(self._widths)} "
+                                        f"features (from encode), got {memory.shape[-1]}")
         return zip(self.models, np.split(memory, np.cumsum(self._widths)[:-1], axis=-1))
 
     @staticmethod

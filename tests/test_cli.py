@@ -112,9 +112,15 @@ def test_eval_prints_exact_match_per_length(run_dir, capsys):
     assert _run(["eval", "--checkpoint", str(run_dir), "--n", "50", "--seed", "3"], capsys)[1] == out
 
 
-def test_several_checkpoints_predict_as_one_ensemble(run_dir, capsys):
-    """The same model twice is an ensemble whose mean probability is the model's own."""
+def test_several_checkpoints_predict_as_one_ensemble(run_dir, tmp_path, capsys):
+    """The same model twice is an ensemble whose mean probability is the model's own; members
+    with other data settings, or trained on another seed's draw of the data, are refused."""
     ck = str(run_dir)
+    for flags, what in ((["--n-val", "40"], "data settings (n_val)"), (["--seed", "1"], "training data")):
+        other = str(tmp_path / what.split()[0])
+        assert main(TINY + flags + ["--out", other]) == 0
+        code, _, err = _run(["eval", "--checkpoint", ck, "--checkpoint", other], capsys)
+        assert code == 2 and err.startswith(f"error: --checkpoint {other}: not the same {what}")
     code, single, err = _run(["eval", "--checkpoint", ck, "--n", "40"], capsys)
     code2, twice, err2 = _run(["eval", "--checkpoint", ck, "--checkpoint", ck, "--n", "40"], capsys)
     assert code == code2 == 0 and err == err2 == ""
@@ -150,7 +156,7 @@ def test_translate_numbers_end_to_end(run_dir, tmp_path, capsys, monkeypatch):
     # An ensemble's members share one task and vocabulary.
     code, shown, err = _run(["eval", "--checkpoint", str(out), "--checkpoint", str(run_dir)], capsys)
     assert code == 2 and err == (f"error: --checkpoint {run_dir}: not the same task as {out}; the members of an "
-                                 "ensemble share their task, data settings and vocabulary\n")
+                                 "ensemble share their task, data settings, vocabulary and training data\n")
     # A model that puts EOS first answers with an empty line; the input was fine.
     monkeypatch.setattr(TranslationTask, "translate_ids", lambda self, model, src, beam=1: [[] for _ in src])
     assert _run(["translate", "--checkpoint", str(out), "seven"], capsys) == (0, "\n", "")

@@ -165,9 +165,12 @@ def test_ensemble_step_is_the_log_of_the_members_mean_probability():
     steps = np.concatenate([ens._decode_step(tgt[:, t:t + 1], memory, mask, caches, t) for t in range(6)], axis=1)
     np.testing.assert_allclose(np.exp(steps), mean, atol=1e-12)
     np.testing.assert_allclose(np.exp(ens._decode(tgt, memory, mask)), mean, atol=1e-12)
-    hyps = beam_search(ens, src, 20, beam_size=3)  # runs on the members' side-by-side memories
+    # The mean is the same in either order, so the beam search, which repeats the members' memories
+    # side by side and reorders their caches, must find the same hypotheses.
+    assert beam_search(ens, src, 20, beam_size=3) == beam_search(Ensemble([b, a]), src, 20, beam_size=3)
     assert greedy_decode(ens, src, 20, use_cache=True) == greedy_decode(ens, src, 20, use_cache=False)
-    assert len(hyps) == 5
+    with pytest.raises(NumpyTransformerError, match="memory: expected the members' memories side by side, 24"):
+        ens._decode_step(tgt[:, :1], memory[..., :16], mask, [{} for _ in range(5)], 0)
 
 
 def test_ensemble_members_must_share_the_vocabularies():
@@ -188,5 +191,7 @@ def test_an_ensemble_of_classifiers_scores_the_mean_probability():
     x = _src()
     mean = np.mean([np.exp(log_softmax(m.forward(x))) for m in members], axis=0)
     np.testing.assert_allclose(np.exp(log_softmax(Ensemble(members).forward(x))), mean, atol=1e-12)
-    with pytest.raises(NumpyTransformerError, match=r"models\[1\]: a Transformer, but models\[0\] is a TransformerClassifier"):
+    with pytest.raises(NumpyTransformerError, match=r"models\[1\]: a Transformer, but models\[0\] is a Transf"):
         Ensemble([members[0], _model()])
+    with pytest.raises(NumpyTransformerError, match="model must be an encoder-decoder Transformer"):
+        greedy_decode(Ensemble(members), _src(), 10)  # classifiers do not decode
