@@ -84,6 +84,11 @@ def load_for_inference(path: str, data_dir: Optional[str] = None, need: Optional
     return task, model, ck
 
 
+def _trained_on(task, ck: Path) -> dict:
+    """The digest of a checkpoint's training data; generated data records none, and its seed draws it."""
+    return read_checkpoint_meta(ck)["data"] or {"seed": task.model.seed}
+
+
 def load_ensemble(paths: List[str], data_dir: Optional[str] = None, need: Optional[str] = None, beam: int = 1):
     """``(task, model, checkpoint path)`` for one checkpoint, as :func:`load_for_inference`; for several,
     an :class:`~numpytransformer.ensemble.Ensemble` of their models, which must share the task, its data
@@ -94,17 +99,15 @@ def load_ensemble(paths: List[str], data_dir: Optional[str] = None, need: Option
     if not isinstance(model, (Transformer, TransformerClassifier)):
         raise NumpyTransformerError(f"--checkpoint: an ensemble is of encoder-decoder models or of classifiers; "
                                     f"{paths[0]} holds a {task.name} model ({type(model).__name__}): give one")
-    def trained_on(task, ck):  # the digest of the training data; generated data records none, and its seed draws it
-        return read_checkpoint_meta(ck)["data"] or {"seed": task.model.seed}
-
-    models = [model]
+    models, data = [model], _trained_on(task, ck)
     for path in paths[1:]:
         other, member, other_ck = load_for_inference(path, data_dir, need, beam)
+        same_task = other.name == task.name
         differ = [f.name for f in dataclasses.fields(task.data)
-                  if other.name == task.name and getattr(task.data, f.name) != getattr(other.data, f.name)]
-        checks = (("task", other.name == task.name), (f"data settings ({', '.join(differ)})", not differ),
+                  if same_task and getattr(task.data, f.name) != getattr(other.data, f.name)]
+        checks = (("task", same_task), (f"data settings ({', '.join(differ)})", not differ),
                   ("vocabulary", other.state == task.state),
-                  ("training data (another seed's draw?)", trained_on(other, other_ck) == trained_on(task, ck)))
+                  ("training data (another seed's draw?)", _trained_on(other, other_ck) == data))
         for what, same in checks:
             if not same:
                 raise NumpyTransformerError(f"--checkpoint {path}: not the same {what} as {paths[0]}; the members of "

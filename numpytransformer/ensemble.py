@@ -41,14 +41,14 @@ class Ensemble:
                 raise NumpyTransformerError(f"models[{i}]: a {type(m).__name__}, but models[0] is a "
                                             f"{type(self.models[0]).__name__}; an ensemble's members are of one kind")
             for field in ("src_vocab_size", "tgt_vocab_size", "n_classes", "pad_id", "dtype"):
-                if getattr(m.cfg, field) != getattr(first, field):
-                    mine, theirs = getattr(m.cfg, field), getattr(first, field)
+                mine, theirs = getattr(m.cfg, field), getattr(first, field)
+                if mine != theirs:
                     raise NumpyTransformerError(f"models[{i}]: {field} {mine} differs from models[0]'s {theirs}; an "
                                                 "ensemble's members share their vocabularies and dtype")
         # what the decoders read of a model's config; one layer cache per layer of every member
         self.cfg = SimpleNamespace(src_vocab_size=first.src_vocab_size, tgt_vocab_size=first.tgt_vocab_size,
                                    pad_id=first.pad_id, max_len=min(m.cfg.max_len for m in self.models),
-                                   n_decoder_layers=sum(getattr(m.cfg, "n_decoder_layers", 0) for m in self.models))
+                                   n_decoder_layers=sum(m.cfg.n_decoder_layers for m in self.models))
         self.training = False
         self._widths = [m.cfg.d_model for m in self.models]
 
