@@ -97,3 +97,31 @@ def test_beam_search_divides_by_the_data_settings_length_penalty(monkeypatch):
     task.translate_ids(model, src, beam=3)
     task.translate_ids(model, src, beam=3, length_penalty=0.0)
     assert seen == [2.5, 0.0]
+
+
+def test_word_dropout_turns_tokens_into_unk_in_training_only():
+    """Source and decoder-input tokens become <unk> at about the rate asked, never <bos> or padding,
+    afresh at each update; validation reads every token."""
+    import numpy as np
+    from numpytransformer.tasks.translate import BOS, PAD, UNK
+    task = TranslationTask(TranslateData(n_train=200, n_val=10, n_test=10, max_number=999, min_freq=1,
+                                         word_dropout=0.3), ModelSettings(d_model=16, n_heads=2, n_layers=1, d_ff=32))
+    model = task.build_model().train()
+    batch = task.train_batches(0)[0]
+    (src, tgt_in), tgt_out = task.batch_arrays(batch)
+    seen, forward = [], model.forward
+    model.forward = lambda s, t: (seen.append((s, t)), forward(s, t))[1]
+    task.train_step_loss(model, batch, 0.0)
+    task.train_step_loss(model, batch, 0.0)
+    (s1, t1), (s2, t2) = seen
+    for new, old in ((s1, src), (t1, tgt_in)):
+        changed = new != old
+        assert np.all(new[changed] == UNK) and not np.any(changed & ((old == PAD) | (old == BOS)))
+        real = (old != PAD) & (old != BOS)
+        assert 0.2 < changed[real].mean() < 0.4
+    assert not np.array_equal(s1, s2)  # drawn afresh
+    task.validate(model.eval())
+    (val_src, val_tgt_in), _ = task.batch_arrays(task._index_batches("val", shuffle=False)[0])
+    assert np.array_equal(seen[2][0], val_src) and np.array_equal(seen[2][1], val_tgt_in)  # validation reads all
+    with pytest.raises(NumpyTransformerError, match=r"--word-dropout must be from 0\.0 to 0\.9, got 1\.0"):
+        TranslateData(word_dropout=1.0)
