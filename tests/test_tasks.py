@@ -1,9 +1,10 @@
 """Task behaviour not covered by the command-line and training tests."""
+import numpy as np
 import pytest
 
 from numpytransformer.errors import NumpyTransformerError
 from numpytransformer.settings import ModelSettings
-from numpytransformer.tasks.translate import TranslateData, TranslationTask
+from numpytransformer.tasks.translate import BOS, PAD, UNK, TranslateData, TranslationTask
 
 
 def test_translate_attention_on_an_output_that_runs_to_max_len():
@@ -102,8 +103,6 @@ def test_beam_search_divides_by_the_data_settings_length_penalty(monkeypatch):
 def test_word_dropout_turns_tokens_into_unk_in_training_only():
     """Source and decoder-input tokens become <unk> at about the rate asked, never <bos> or padding,
     afresh at each update; validation reads every token."""
-    import numpy as np
-    from numpytransformer.tasks.translate import BOS, PAD, UNK
     task = TranslationTask(TranslateData(n_train=200, n_val=10, n_test=10, max_number=999, min_freq=1,
                                          word_dropout=0.3), ModelSettings(d_model=16, n_heads=2, n_layers=1, d_ff=32))
     model = task.build_model().train()

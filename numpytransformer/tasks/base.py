@@ -1,7 +1,7 @@
 """The Task interface: everything the trainer and the command line need from a task.
 
 A task glues data, a model and a measure of success together. The trainer calls only
-``train_batches``, ``shard``, ``train_step_loss``, ``target_count``, ``input_tokens``, ``validate``, ``to_dict``,
+``train_batches``, ``shard``, ``train_step_loss`` (which calls ``noised``), ``target_count``, ``input_tokens``, ``validate``, ``to_dict``,
 ``data_summary`` and the class attributes; the command line adds ``recipe``,
 ``check_settings``, ``build_model``, ``pretrain``, ``test_report``, ``evaluate``, ``check_input``, ``predict``, ``attention``, ``generate``
 and :func:`task_from_dict`.
@@ -107,9 +107,16 @@ class Task(ABC):
     def train_step_loss(self, model, batch, label_smoothing: float) -> Tuple[float, int, np.ndarray]:
         """Forward and loss of a training batch: ``(mean loss, targets counted, dlogits)``."""
         inputs, targets = self.batch_arrays(batch)
+        inputs = self.noised(model, inputs)
         loss, dlogits = cross_entropy(model.forward(*inputs), targets, pad_id=self.target_pad,
                                       label_smoothing=label_smoothing)
         return loss, self._non_pad(targets), dlogits
+
+    def noised(self, model, inputs: tuple) -> tuple:
+        """The model's inputs as a training update reads them: unchanged unless a task's settings
+        add noise in training mode, such as word dropout (validation's loss, in eval mode, comes
+        here too and must read them as they are)."""
+        return inputs
 
     def target_count(self, batch) -> int:
         """The targets whose mean loss :meth:`train_step_loss` differentiates: the non-pad ones.

@@ -25,7 +25,6 @@ from ..datasets.batching import bucket_batches, length_batches, pad_batch, pad_o
 from ..datasets.multi30k import load_multi30k
 from ..datasets.numbers import make_number_pairs
 from ..decoding import beam_search, greedy_decode
-from ..losses import cross_entropy
 from ..errors import NumpyTransformerError
 from ..models import Transformer
 from ..settings import ModelSettings, check_fields, flag_of, option
@@ -54,8 +53,7 @@ class TranslateData:
                              low=0, high=10 ** 6)
     word_dropout: float = option(0.0, "in training, each source token and each decoder-input token (not <bos>) "
                                  "becomes <unk> with this probability, drawn afresh at every update (a "
-                                 "regulariser for small data; 0: off)", low=0.0,
-                                 high=0.9)
+                                 "regulariser for small data; 0: off)", low=0.0, high=0.9)
     joint_vocab: bool = option(False, "one tokenizer and one vocabulary learned on both languages; the encoder and "
                                "the decoder then read one embedding matrix (--tie shares it with the output too)")
     cased: bool = option(True, "keep case (--no-cased: lower-case everything, as the tutorials do)")
@@ -223,17 +221,14 @@ class TranslationTask(Task):
         tgt_in, tgt_out = teacher_forcing([tgt[i] for i in idx], BOS, EOS, PAD)
         return (pad_batch([src[i] for i in idx], PAD), tgt_in), tgt_out
 
-    def train_step_loss(self, model, batch, label_smoothing: float):
-        """As every task's, with word dropout on the source and the decoder's input in training
-        (validation's loss comes here too, with the model in eval mode, and reads every token)."""
-        (src, tgt_in), tgt_out = self.batch_arrays(batch)
+    def noised(self, model, inputs: tuple) -> tuple:
+        """Word dropout: each source and decoder-input token but padding and <bos> becomes <unk> with
+        probability ``word_dropout``, drawn from the model's dropout generator; in training mode only."""
         p = self.data.word_dropout
-        if p and model.training:
-            src = np.where((model.rng.random(src.shape) < p) & (src != PAD), UNK, src)
-            tgt_in = np.where((model.rng.random(tgt_in.shape) < p) & (tgt_in != PAD) & (tgt_in != BOS), UNK, tgt_in)
-        loss, dlogits = cross_entropy(model.forward(src, tgt_in), tgt_out, pad_id=self.target_pad,
-                                      label_smoothing=label_smoothing)
-        return loss, self._non_pad(tgt_out), dlogits
+        if not (p and model.training):
+            return inputs
+        return tuple(np.where((model.rng.random(ids.shape) < p) & (ids != PAD) & (ids != BOS), UNK, ids)
+                     for ids in inputs)
 
     def target_count(self, batch) -> int:
         """From the lengths, without padding: each target sentence and its EOS."""
