@@ -80,7 +80,7 @@ def add_flags(parser: argparse.ArgumentParser, cls, defaults, title: str) -> Non
     group = parser.add_argument_group(title)
     for f in dataclasses.fields(cls):
         m, kind, default = f.metadata, _kind(cls, f), getattr(defaults, f.name)
-        shown = m["none"] if default is None and m.get("none") else default
+        shown = m["none"] if f.default is None and m.get("none") else default  # what None resolves to
         kw: Dict[str, Any] = {"dest": f"{cls.__name__}.{f.name}", "default": argparse.SUPPRESS,
                               "help": f"{m['help']} (default: {shown})"}
         if kind is bool:

@@ -373,6 +373,9 @@ def test_recipes_fix_their_updates_not_their_minutes(capsys):
     code, out, _ = _run(["train", "translate", "--help"], capsys)
     text = " ".join(out.split())
     assert code == 0 and "(0: no limit) (default: 0" in text and "a slower machine takes longer" in text
+    # a default that depends on the data is stated as such, not as the number words' value
+    assert "(default: 0.1 for multi30k en-de (chosen on the validation split), 0 otherwise)" in text
+    assert "(default: 1.6 for multi30k (chosen on the validation split), 0.6 for numbers)" in text
 
 
 def test_weight_decay_is_the_bpe_lm_recipes_and_multi30k_en_des_alone(capsys):

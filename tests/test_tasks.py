@@ -122,5 +122,8 @@ def test_word_dropout_turns_tokens_into_unk_in_training_only():
     task.validate(model.eval())
     (val_src, val_tgt_in), _ = task.batch_arrays(task._index_batches("val", shuffle=False)[0])
     assert np.array_equal(seen[2][0], val_src) and np.array_equal(seen[2][1], val_tgt_in)  # validation reads all
+    # the recipe's default: en -> de on Multi30K only
+    assert [TranslateData(dataset="multi30k", direction=d).word_dropout for d in ("en-de", "de-en")] == [0.1, 0.0]
+    assert TranslateData().word_dropout == 0.0
     with pytest.raises(NumpyTransformerError, match=r"--word-dropout must be from 0\.0 to 0\.9, got 1\.0"):
         TranslateData(word_dropout=1.0)
