@@ -310,7 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name in TASKS:
         cls = task_class(name)
         p = _command(tsub, name, cmd_train, cls.summary, description=f"{cls.__doc__.splitlines()[0]} Unset options "
-                     "take the task's recipe; the defaults shown are the default data settings' (every run prints "
+                     "take the task's recipe; the defaults shown are the default data settings' (a data "
+                     "default that depends on the other data settings is shown as its rule; every run prints "
                      "the settings it uses). A recipe fixes its epochs, not its minutes: a slower machine takes "
                      "longer for the same result (--max-minutes sets a limit of your own).")
         model, train_cfg = cls.recipe(cls.Data())

@@ -75,8 +75,9 @@ def check_fields(obj) -> None:
 
 def add_flags(parser: argparse.ArgumentParser, cls, defaults, title: str) -> None:
     """Add a flag for every field of the dataclass ``cls``; ``defaults`` (an instance) gives
-    the values shown in the help. Unset flags stay out of the parsed namespace, so a task's
-    recipe can fill them in (see :func:`given_values`)."""
+    the values shown in the help, except that a field declared ``None`` with a ``none`` text shows
+    that text (what it resolves to, which may depend on the other settings). Unset flags stay out of
+    the parsed namespace, so a task's recipe can fill them in (see :func:`given_values`)."""
     group = parser.add_argument_group(title)
     for f in dataclasses.fields(cls):
         m, kind, default = f.metadata, _kind(cls, f), getattr(defaults, f.name)

@@ -125,5 +125,6 @@ def test_word_dropout_turns_tokens_into_unk_in_training_only():
     # the recipe's default: en -> de on Multi30K only
     assert [TranslateData(dataset="multi30k", direction=d).word_dropout for d in ("en-de", "de-en")] == [0.1, 0.0]
     assert TranslateData().word_dropout == 0.0
+    assert TranslateData(dataset="multi30k", direction="en-de", word_dropout=0.0).word_dropout == 0.0  # a given 0 stays
     with pytest.raises(NumpyTransformerError, match=r"--word-dropout must be from 0\.0 to 0\.9, got 1\.0"):
         TranslateData(word_dropout=1.0)
