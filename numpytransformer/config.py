@@ -23,6 +23,8 @@ SIZE_LIMITS = {
     "d_model": 4_096, "n_heads": 256, "d_ff": 65_536,
     "n_layers": 64, "n_decoder_layers": 64, "max_len": 100_000,
 }
+#: The most neighbours on each side that a region embedding reads (``TransformerConfig.region``).
+REGION_MAX = 16
 #: The highest dropout rate: a rate of 1 would drop everything.
 DROPOUT_MAX = 0.99
 #: The highest seed: 32 bits, a seed any generator takes.
@@ -107,6 +109,11 @@ class TransformerConfig:
         position sees only itself and earlier tokens (to fine-tune a pretrained
         :class:`~numpytransformer.lm.TransformerLM`, GPT-1's way). Used by
         :class:`~numpytransformer.models.TransformerClassifier` only.
+    region : int
+        0, or k >= 1: the encoder's input vector of each token also adds the embeddings of its
+        k neighbours on each side, one table for each offset (a region embedding: see
+        :func:`~numpytransformer.embedding.region_embedding_forward`). At most :data:`REGION_MAX`;
+        not with ``causal``, as it reads the next tokens. Read by the models with an encoder.
     """
 
     src_vocab_size: int
@@ -130,6 +137,7 @@ class TransformerConfig:
     pooling: str = "mean"
     positions: str = "sinusoidal"
     causal: bool = False
+    region: int = 0
 
     def __post_init__(self) -> None:
         # Every field is checked and normalised to a plain Python value, so a config
@@ -156,6 +164,10 @@ class TransformerConfig:
         self.pad_id = check_int(self.pad_id, "TransformerConfig.pad_id", 0,
                                 min(self.src_vocab_size, self.tgt_vocab_size) - 1)
         self.seed = check_int(self.seed, "TransformerConfig.seed", 0, SEED_MAX)
+        self.region = check_int(self.region, "TransformerConfig.region", 0, REGION_MAX)
+        if self.region and self.causal:
+            raise NumpyTransformerError(f"TransformerConfig.region={self.region} embeds the next tokens too, which a "
+                                        "causal encoder must not see: use region=0 with causal=True")
         for name, allowed in (("pooling", ("mean", "first")), ("positions", ("sinusoidal", "learned"))):
             value = getattr(self, name)
             if not isinstance(value, str) or value not in allowed:
@@ -175,7 +187,8 @@ class TransformerConfig:
         ``model.num_parameters()`` counts exactly.
         """
         D = self.d_model
-        embed = D * (self.src_vocab_size + 2 * self.tgt_vocab_size + self.n_classes + 2 * self.max_len)
+        embed = D * ((1 + 2 * self.region) * self.src_vocab_size + 2 * self.tgt_vocab_size + self.n_classes
+                     + 2 * self.max_len)
         per_layer = 4 * D * D + 2 * D * self.d_ff  # attention (q, k, v, o) and the FFN
         return embed + self.n_layers * per_layer + self.n_decoder_layers * (per_layer + 4 * D * D)
 

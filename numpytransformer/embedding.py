@@ -1,4 +1,6 @@
-"""Token embedding: an index lookup whose backward is a scatter-add. Derived in lesson 3 (Token embeddings), §1-4."""
+"""Token embedding: an index lookup whose backward is a scatter-add. Derived in lesson 3 (Token embeddings), §1-4.
+
+A region embedding adds the embeddings of each token's neighbours, one table for each offset."""
 from __future__ import annotations
 
 from typing import NamedTuple, Optional
@@ -8,7 +10,8 @@ import numpy as np
 from .module import Module
 from .validation import check_ids, needs_checks
 
-__all__ = ["embedding_forward", "embedding_backward", "Embedding", "SharedEmbedding"]
+__all__ = ["embedding_forward", "embedding_backward", "neighbour_ids", "region_embedding_forward",
+           "region_embedding_backward", "Embedding", "SharedEmbedding", "RegionEmbedding"]
 
 
 class EmbeddingCache(NamedTuple):
@@ -131,4 +134,85 @@ class SharedEmbedding(Module):
     def backward(self, dout: np.ndarray) -> None:
         """Adds ``dW`` to the owner's gradient; ids have no gradient, so nothing is returned."""
         self.owner.grads["W"] += embedding_backward(dout, self._pop_cache())
+        return None
+
+
+def neighbour_ids(ids: np.ndarray, offset: int, pad_id: int) -> np.ndarray:
+    """``ids`` (B, T) moved along T so that position t holds ``ids[:, t + offset]``; ``pad_id``
+    where ``t + offset`` falls outside the sequence."""
+    out = np.full_like(ids, pad_id)
+    if offset < 0:
+        out[:, -offset:] = ids[:, :offset]
+    elif offset > 0:
+        out[:, :-offset] = ids[:, offset:]
+    else:
+        out[...] = ids
+    return out
+
+
+def region_embedding_forward(ids: np.ndarray, W: np.ndarray, scale: float = 1.0, pad_id: int = 0):
+    """The neighbours' part of a region embedding: what each token's vector adds for the tokens
+    around it, one table for each offset.
+
+    .. math:: \\text{out}_{b,t} = s \\sum_{o \\in \\{-k..-1,\\,1..k\\}} W_o[\\text{ids}_{b,t+o}]
+
+    With the token's own embedding added, a position's input vector is a linear map of the
+    one-hot words of the window ``t-k .. t+k``: a convolution over one-hot words, Johnson and
+    Zhang's (2015) region embedding. The layers above see short phrases ("not good") as such, not
+    only as single words that attention must pair up. A neighbour outside the sequence reads the
+    ``pad_id`` row of its table, as a pad does: unlike the token embedding's, that row is learned
+    (it starts at zero), a vector that marks the start or the end of the text. So right padding
+    leaves real positions as they are, and what pad positions receive is masked by attention and
+    pooling.
+
+    Parameters
+    ----------
+    ids : int ndarray, shape (B, T)
+    W : ndarray, shape (2k, V, D)
+        The tables of offsets ``-k .. -1, 1 .. k``, in that order.
+
+    Returns
+    -------
+    out : ndarray, shape (B, T, D)
+    cache : list of EmbeddingCache, one for each offset
+    """
+    k = W.shape[0] // 2
+    offsets = [o for o in range(-k, k + 1) if o != 0]
+    out, cache = 0.0, []
+    for table, o in zip(W, offsets):
+        part, c = embedding_forward(neighbour_ids(ids, o, pad_id), table, scale, None)
+        out = out + part
+        cache.append(c)
+    return out, cache
+
+
+def region_embedding_backward(dout: np.ndarray, cache) -> np.ndarray:
+    """dW (2k, V, D) of :func:`region_embedding_forward`: each offset's table gets the scatter-add
+    of ``dout`` into the rows of the ids that stood at that offset (:func:`embedding_backward`)."""
+    return np.stack([embedding_backward(dout, c) for c in cache])
+
+
+class RegionEmbedding(Module):
+    """The tables ``W`` (2k, V, D) of a token's ``k`` neighbours on each side
+    (:func:`region_embedding_forward`), initialised as :class:`Embedding` is; the pad rows start at zero."""
+
+    def __init__(self, vocab_size: int, d_model: int, k: int, rng: np.random.Generator, dtype=np.float64,
+                 scale: bool = True, pad_id: int = 0):
+        super().__init__()
+        W = (rng.standard_normal((2 * k, vocab_size, d_model)) * d_model ** -0.5).astype(dtype)
+        W[:, pad_id] = 0
+        self.add_param("W", W)
+        self.scale = float(np.sqrt(d_model)) if scale else 1.0
+        self.pad_id = pad_id
+
+    def forward(self, ids: np.ndarray) -> np.ndarray:
+        """ids (B, T) in [0, V) -> (B, T, D)."""
+        if needs_checks():
+            ids = check_ids(ids, "ids", self.params["W"].shape[1])
+        out, self._cache = region_embedding_forward(ids, self.params["W"], self.scale, self.pad_id)
+        return out
+
+    def backward(self, dout: np.ndarray) -> None:
+        """Accumulates ``dW``; ids have no gradient, so nothing is returned."""
+        self.grads["W"] += region_embedding_backward(dout, self._pop_cache())
         return None

@@ -8,7 +8,7 @@ import numpy as np
 from .attention import causal_mask, padding_mask
 from .config import TransformerConfig
 from .dropout import Dropout
-from .embedding import Embedding, SharedEmbedding
+from .embedding import Embedding, RegionEmbedding, SharedEmbedding
 from .errors import NumpyTransformerError
 from .layernorm import LayerNorm
 from .layers import DecoderLayer, EncoderLayer
@@ -34,23 +34,34 @@ class Embedder(Module):
     """Token embedding (scaled by sqrt(d_model)) plus positional encoding, then dropout.
 
     With ``shared`` (an :class:`Embedding`), the tokens are looked up in that matrix instead of one of
-    their own: the source and target of a joint vocabulary share it.
+    their own: the source and target of a joint vocabulary share it. With ``region`` k > 0, each
+    token's vector also adds the embeddings of its k neighbours on each side
+    (:class:`~numpytransformer.embedding.RegionEmbedding`): an encoder's choice, as it reads later tokens.
     """
 
-    def __init__(self, vocab_size: int, cfg: TransformerConfig, init_rng, drop_rng, shared: Optional[Embedding] = None):
+    def __init__(self, vocab_size: int, cfg: TransformerConfig, init_rng, drop_rng, shared: Optional[Embedding] = None,
+                 region: int = 0):
         super().__init__()
         dt = cfg.np_dtype
         self.embed = (SharedEmbedding(shared) if shared is not None else
                       Embedding(vocab_size, cfg.d_model, init_rng, dt, cfg.scale_embeddings, cfg.pad_id))
+        self.region = (RegionEmbedding(vocab_size, cfg.d_model, region, init_rng, dt, cfg.scale_embeddings, cfg.pad_id)
+                       if region else None)
         self.pos = PositionalEncoding(cfg.max_len, cfg.d_model, dt)
         self.drop = Dropout(cfg.dropout, drop_rng)
 
     def forward(self, ids: np.ndarray, offset: int = 0) -> np.ndarray:
         """ids (B, T) -> (B, T, D); ``offset`` is the position of ``ids[:, 0]`` (incremental decoding)."""
-        return self.drop(self.pos(self.embed(ids), offset))
+        x = self.embed(ids)
+        if self.region is not None:
+            x = x + self.region(ids)
+        return self.drop(self.pos(x, offset))
 
     def backward(self, dout: np.ndarray) -> None:
-        self.embed.backward(self.pos.backward(self.drop.backward(dout)))
+        dx = self.pos.backward(self.drop.backward(dout))
+        self.embed.backward(dx)
+        if self.region is not None:
+            self.region.backward(dx)
 
 
 class Encoder(Module):
@@ -59,7 +70,7 @@ class Encoder(Module):
     def __init__(self, cfg: TransformerConfig, init_rng, drop_rng, vocab_size: Optional[int] = None):
         super().__init__()
         dt = cfg.np_dtype
-        self.embedder = Embedder(vocab_size or cfg.src_vocab_size, cfg, init_rng, drop_rng)
+        self.embedder = Embedder(vocab_size or cfg.src_vocab_size, cfg, init_rng, drop_rng, region=cfg.region)
         self.layers = ModuleList([
             EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, init_rng, drop_rng,
                          cfg.norm_first, cfg.layernorm_eps, dt)
@@ -196,8 +207,10 @@ class _Model(Module):
 
     #: Whether the model has a target embedding to tie to its output projection (``tie_embeddings``),
     #: learned positions (``positions="learned"``), a causal encoder (``causal``), and a source and a
-    #: target embedding to share (``share_embeddings``): a config asking for what a model lacks is refused.
+    #: target embedding to share (``share_embeddings``), and an encoder whose embedding can read
+    #: regions (``region``): a config asking for what a model lacks is refused.
     ties_embeddings: ClassVar[bool] = False
+    has_encoder: ClassVar[bool] = False
     shares_embeddings: ClassVar[bool] = False
     learns_positions: ClassVar[bool] = False
     can_be_causal: ClassVar[bool] = False
@@ -216,6 +229,9 @@ class _Model(Module):
         if cfg.positions != "sinusoidal" and not self.learns_positions:
             raise NumpyTransformerError(f"positions={cfg.positions!r} is the language model's (TransformerLM); a "
                                         f"{name} adds the paper's sinusoids: leave it 'sinusoidal'")
+        if cfg.region and not self.has_encoder:
+            raise NumpyTransformerError(f"region={cfg.region} is a region embedding in an encoder; a {name} has no "
+                                        "encoder: leave it 0")
         if cfg.causal and not self.can_be_causal:
             raise NumpyTransformerError(f"causal=True masks the classifier's encoder (TransformerClassifier); a "
                                         f"{name} does not read it: leave it False")
@@ -253,7 +269,7 @@ class Transformer(_Model):
     >>> logits = model.forward(src, tgt_in)   # (B, S), (B, T) ids -> (B, T, V)
     """
 
-    ties_embeddings = shares_embeddings = True
+    ties_embeddings = shares_embeddings = has_encoder = True
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
@@ -365,6 +381,8 @@ class TransformerTagger(_Model):
     task's encoder-only formulation uses it.
     """
 
+    has_encoder = True
+
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
         self.encoder = Encoder(cfg, self.init_rng, self.rng)
@@ -393,7 +411,7 @@ class TransformerClassifier(_Model):
     :class:`~numpytransformer.lm.TransformerLM` (see :mod:`numpytransformer.pretrain`).
     """
 
-    can_be_causal = True
+    can_be_causal = has_encoder = True
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)

@@ -20,7 +20,8 @@ import pytest
 from numpytransformer import Transformer, TransformerClassifier, TransformerConfig, TransformerTagger
 from numpytransformer.attention import attention_backward, attention_forward, causal_mask, padding_mask
 from numpytransformer.dropout import Dropout, dropout_backward, dropout_forward
-from numpytransformer.embedding import embedding_backward, embedding_forward
+from numpytransformer.embedding import (RegionEmbedding, embedding_backward, embedding_forward, neighbour_ids,
+                                        region_embedding_backward, region_embedding_forward)
 from numpytransformer.errors import NumpyTransformerError
 from numpytransformer.feedforward import FeedForward, ffn_backward, ffn_forward
 from numpytransformer.exercises import trusted
@@ -100,6 +101,13 @@ def first_token_case():
                       ["h"])
 
 
+def region_embedding_case():
+    """Two neighbours on each side: four tables, the pad rows (read beyond both ends) included."""
+    W = _rng(16).standard_normal((4, 7, 3))
+    return check_pair(region_embedding_forward, region_embedding_backward, {"W": W}, ["W"],
+                      ids=np.array([[1, 2, 3, 4, 5], [6, 1, PAD, PAD, PAD]]), scale=2.0, pad_id=PAD)
+
+
 def _exercise_case(exercise_id: str, j: int, case: trusted.Case):
     """A gradient-check case of the exercises (``trusted.pair_cases``, the one set), run by the public check."""
     _, module, names = trusted.PROBES[exercise_id]
@@ -120,6 +128,7 @@ PAIR_CASES = {
     "positional": (positional_case, SMOOTH_TOL),
     "mean-pool": (mean_pool_case, SMOOTH_TOL),
     "first-token-pool": (first_token_case, SMOOTH_TOL),
+    "region-embedding": (region_embedding_case, SMOOTH_TOL),
 }
 
 
@@ -152,6 +161,17 @@ def test_embedding_pad_row_gets_zero_gradient():
     assert np.all(dW[PAD] == 0)
     assert np.any(dW_plain[PAD] != 0), "the test needs a pad position with gradient"
     np.testing.assert_array_equal(dW[1:], dW_plain[1:])
+
+
+def test_region_embedding_adds_each_offsets_table_at_its_neighbour():
+    """Position t adds W_o[ids[t + o]] for o in -2, -1, 1, 2; beyond either end it reads the pad row."""
+    W = _rng(17).standard_normal((4, 7, 3))
+    ids = np.array([[1, 2, 3], [4, 5, PAD]])
+    out, _ = region_embedding_forward(ids, W, 1.0, PAD)
+    np.testing.assert_array_equal(neighbour_ids(ids, -1, PAD), [[PAD, 1, 2], [PAD, 4, 5]])
+    np.testing.assert_array_equal(neighbour_ids(ids, 2, PAD), [[3, PAD, PAD], [PAD, PAD, PAD]])
+    expected = W[0][PAD] + W[1][1] + W[2][3] + W[3][PAD]  # ids[0, 1] = 2: neighbours -, 1 | 3, -
+    np.testing.assert_allclose(out[0, 1], expected, rtol=1e-14)
 
 
 def test_dropout_backward_zero_where_dropped():
@@ -267,6 +287,8 @@ MODULE_CASES = {
     "MultiHeadAttention-cross-masked": (mha_cross_module_case, KINK_TOL),
     "FeedForward": (ffn_module_case, KINK_TOL),
     "Dropout-train": (dropout_module_case, SMOOTH_TOL),
+    "RegionEmbedding": (lambda: check_module(RegionEmbedding(7, 4, 1, _rng(18), np.float64), [_IDS], [None]),
+                        SMOOTH_TOL),
     "EncoderLayer-postLN-dropout": (_encoder_layer_case(False), KINK_TOL),
     "EncoderLayer-preLN-dropout": (_encoder_layer_case(True), KINK_TOL),
     "DecoderLayer-postLN-dropout": (_decoder_layer_case(False), KINK_TOL),
@@ -306,11 +328,12 @@ def _not_pad(targets: np.ndarray) -> np.ndarray:
 
 
 def build_model(kind: str, norm_first: bool, tie: bool = False, pooling: str = "mean", causal: bool = False,
-                share: bool = False):
+                share: bool = False, region: int = 0):
     """(model in train mode, forward inputs, dout zero at pad targets as the loss's is).
     ``share``: one joint vocabulary of 9, its matrix read by the encoder and the decoder."""
     joint = {"src_vocab_size": 9, "share_embeddings": True} if share else {}
-    cfg = tiny_config(norm_first=norm_first, tie_embeddings=tie, pooling=pooling, causal=causal, **joint)
+    cfg = tiny_config(norm_first=norm_first, tie_embeddings=tie, pooling=pooling, causal=causal, region=region,
+                      **joint)
     r = _rng(42)
     if kind == "transformer":
         model, inputs = Transformer(cfg), [SRC, TGT_IN]
@@ -325,9 +348,9 @@ def build_model(kind: str, norm_first: bool, tie: bool = False, pooling: str = "
 
 
 def _model_case(kind: str, norm_first: bool, tie: bool = False, pooling: str = "mean", causal: bool = False,
-                share: bool = False):
+                share: bool = False, region: int = 0):
     def case():
-        model, inputs, dout = build_model(kind, norm_first, tie, pooling, causal, share)
+        model, inputs, dout = build_model(kind, norm_first, tie, pooling, causal, share, region)
         errors = check_module(model, inputs, [None] * len(inputs), max_entries=ENTRIES, dout=dout)
         return errors, set(model.parameters())
     return case
@@ -345,6 +368,9 @@ MODEL_CASES["Transformer-postLN-shared-tied"] = _model_case("transformer", False
 MODEL_CASES["Transformer-preLN-shared-untied"] = _model_case("transformer", True, share=True)
 # The encoder of a pretrained language model: causal and padding masks together.
 MODEL_CASES["TransformerClassifier-preLN-mean-causal"] = _model_case("classifier", True, causal=True)
+# Region embeddings in the encoder: the classifier's, and the encoder of a translator.
+MODEL_CASES["TransformerClassifier-postLN-mean-region1"] = _model_case("classifier", False, region=1)
+MODEL_CASES["Transformer-postLN-tied-region2"] = _model_case("transformer", False, tie=True, region=2)
 
 
 @pytest.mark.parametrize("name", list(MODEL_CASES))
@@ -379,6 +405,21 @@ def test_shared_embeddings_are_refused_without_one_vocabulary():
         tiny_config(share_embeddings=True)
     with pytest.raises(NumpyTransformerError, match="TransformerClassifier has one embedding"):
         TransformerClassifier(tiny_config(src_vocab_size=9, share_embeddings=True))
+
+
+def test_region_embedding_is_blind_to_padding_and_refused_where_it_cannot_be():
+    """A review alone and the same review padded in a batch get the same logits; a model without an
+    encoder, or a causal one, refuses a region embedding in one line."""
+    from numpytransformer.lm import TransformerLM
+    model = TransformerClassifier(tiny_config(region=2, dropout=0.0)).eval()
+    batch = model.forward(SRC)
+    np.testing.assert_allclose(model.forward(SRC[1:, :3]), batch[1:], rtol=1e-12)
+    with pytest.raises(NumpyTransformerError, match=r"region=1 is a region embedding in an encoder; a TransformerLM"):
+        TransformerLM(tiny_config(region=1))
+    with pytest.raises(NumpyTransformerError, match=r"TransformerConfig.region=1 embeds the next tokens too"):
+        tiny_config(region=1, causal=True)
+    with pytest.raises(NumpyTransformerError, match=r"TransformerConfig.region must be an integer in \[0, 16\], got 17"):
+        tiny_config(region=17)
 
 
 def _entry_error(analytic: np.ndarray, numeric: np.ndarray) -> float:

@@ -19,7 +19,7 @@ import numpytransformer.trainer as trainer_module
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from baseline_bow import evaluate, train_bow_logreg  # noqa: E402  (a benchmark, not the library)
 from numpytransformer.checkpoint import load_checkpoint
-from numpytransformer.cli import main
+from numpytransformer.cli import load_for_inference, main
 from numpytransformer.datasets.imdb import load_imdb, sample_stratified, truncate_ids
 from numpytransformer.errors import NumpyTransformerError
 from numpytransformer.pretrain import id_stream
@@ -151,6 +151,8 @@ def test_task_truncates_a_known_review(synthetic_dir):
     (dict(pretrain_updates=-1), r"--pretrain-updates must be from 0 to 10000000, got -1"),
     (dict(pretrain_batch=0), r"--pretrain-batch must be from 1 to 100000, got 0"),
     (dict(causal=True, pooling="first"), r"--causal with --pooling first would classify the <bos> alone"),
+    (dict(causal=True, region=1), r"^--region 1 embeds each word's next words too, which --causal hides from it"),
+    (dict(region=17), r"--region must be from 0 to 16, got 17"),
     (dict(pretrain_updates=5, pretrain_block=34), r"--pretrain-block 34 is longer than the classifier's context "
                                                   r"\(--max-tokens 32 \+ 1\)"),
     (dict(pretrain_updates=5, pretrain_block=33), r"^--pretrain-updates needs --causal and --norm pre: the pretrained "
@@ -390,6 +392,25 @@ def test_first_pooling_puts_bos_in_front_and_learns(synthetic_dir, tmp_path):
     assert not np.allclose(maps["pooled"], mean_row / mean_row.max(axis=2, keepdims=True), atol=1e-2)
 
 
+def test_region_is_the_recipes_one_unless_the_encoder_is_causal():
+    assert SentimentData().region == 1
+    assert SentimentData(causal=True).region == 0
+    assert SentimentData(region=0).region == 0 and SentimentData(region=3).region == 3
+
+
+def test_region_embedding_learns_and_its_checkpoint_rebuilds_it(synthetic_dir, tmp_path):
+    task = make_task(synthetic_dir, region=2)
+    model, metrics = fit(task, 4, tmp_path)
+    assert metrics["accuracy"] >= 0.9
+    V, D = len(task.vocab), model.cfg.d_model
+    assert model.parameters()["encoder.embedder.region.W"].shape == (4, V, D)
+    # The checkpoint records the region, and the model loaded from it classifies as this one does.
+    _, again, _ = load_for_inference(str(tmp_path), str(synthetic_dir))
+    assert again.cfg.region == 2
+    ids = [task.encode(t) for t in ("superb and brilliant", "dull, i hated it", "a film")]
+    np.testing.assert_allclose(task.probabilities(again, ids), task.probabilities(model.eval(), ids), rtol=1e-6)
+
+
 def test_bow_baseline_on_synthetic_reviews(synthetic_dir):
     tr_x, tr_y = load_imdb("train", synthetic_dir, clean=True)
     te_x, te_y = load_imdb("test", synthetic_dir, clean=True)
@@ -526,7 +547,7 @@ def test_cli_pretrains_a_language_model_then_fine_tunes_it(synthetic_dir, tmp_pa
              "--pretrain-block", "32", "--pretrain-batch", "4", "--causal", "--norm", "pre"]
     assert main(["train", "sentiment", "--data-dir", str(synthetic_dir), *flags, "--out", str(out)]) == 0
     shown = capsys.readouterr().out
-    assert "causal=True, pretrain_updates=5, pretrain_block=32, pretrain_batch=4" in shown
+    assert "causal=True, region=0, pretrain_updates=5, pretrain_block=32, pretrain_batch=4" in shown
     assert re.search(r"^pretraining a TransformerLM with [\d,]+ parameters for 5 updates of 4 windows of 32 tokens, "
                      r"on the [\d,]+ tokens of the training reviews$", shown, re.M)
     assert re.search(r"^pretrain update 5/5 lm_loss \S+ lr \S+ tok/s [\d,]+$", shown, re.M)
@@ -596,7 +617,7 @@ def test_classify_and_attention_refuse_other_checkpoints(tmp_path, capsys):
 @pytest.mark.parametrize("argv, expected", [
     (["train", "sentiment", "--help"], ["--data-dir", "--vocab-size", "--min-freq", "--max-tokens", "--truncate",
                                         "--val-fraction", "--n-train", "--n-test", "--batch-tokens",
-                                        "--max-batch-size", "--pooling", "--cased", "--causal",
+                                        "--max-batch-size", "--pooling", "--cased", "--causal", "--region",
                                         "--pretrain-updates", "--pretrain-block", "--pretrain-batch", "--epochs",
                                         "--resume"]),
     (["classify", "--help"], ["--checkpoint", "TEXT", "stdin"]),

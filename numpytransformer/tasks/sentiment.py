@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..config import SIZE_LIMITS, TransformerConfig
+from ..config import REGION_MAX, SIZE_LIMITS, TransformerConfig
 from ..datasets.batching import length_batches, pad_or_unk
 from ..datasets.imdb import clean_review, imdb_test, reviews_digest, train_val_texts, truncate_ids
 from ..errors import NumpyTransformerError
@@ -67,6 +67,10 @@ class SentimentData:
     max_batch_size: int = option(128, "most reviews in a batch", low=1, high=65536)
     causal: bool = option(False, "causal self-attention in the encoder, as in a language model: each token "
                           "sees only itself and earlier ones (needs --pooling mean)")
+    region: Optional[int] = option(None, "each word's input vector also adds the embeddings of its N neighbours on "
+                                   "each side, one table for each offset (a region embedding: phrases such as 'not "
+                                   "good' reach the encoder as units; 0: off; not with --causal)", low=0,
+                                   high=REGION_MAX, none="1, or 0 with --causal")
     pretrain_updates: int = option(0, "first pretrain the encoder as a language model (GPT-1) for this many "
                                    "updates (0: off) on the training reviews' text, then fine-tune it as the "
                                    "classifier; needs --causal and --norm pre, and uses --lr-factor, --warmup and "
@@ -84,6 +88,11 @@ class SentimentData:
         if self.causal and self.pooling == "first":
             raise NumpyTransformerError("--causal with --pooling first would classify the <bos> alone (a causal "
                                         "encoder's first vector sees nothing else): use --pooling mean")
+        if self.region is None:  # the recipe's, unless the encoder is causal (and may not read the next word)
+            self.region = 0 if self.causal else 1
+        if self.causal and self.region:
+            raise NumpyTransformerError(f"--region {self.region} embeds each word's next words too, which --causal "
+                                        "hides from it: use one or the other")
         if self.pretrain_updates and self.pretrain_block > self.max_tokens + 1:
             raise NumpyTransformerError(f"--pretrain-block {self.pretrain_block} is longer than the classifier's "
                                         f"context (--max-tokens {self.max_tokens} + 1): lower it or raise --max-tokens")
@@ -170,7 +179,8 @@ class SentimentTask(Task):
     def build_model(self) -> TransformerClassifier:
         return TransformerClassifier(TransformerConfig(
             src_vocab_size=len(self.vocab), max_len=self.data.max_tokens + 1, pad_id=PAD, n_classes=len(LABELS),
-            pooling=self.data.pooling, causal=self.data.causal, **self.model.config_fields()))
+            pooling=self.data.pooling, causal=self.data.causal, region=self.data.region,
+            **self.model.config_fields()))
 
     def pretrain(self, model: TransformerClassifier, train: TrainConfig, log=print) -> None:
         """With ``pretrain_updates``: train a language model of the classifier's shape on the text of
