@@ -1,7 +1,8 @@
 """How many BLAS threads should the sentiment classifier train with?
 
 Times one training update of the sentiment recipe's model (``SentimentTask.recipe``: one
-encoder layer, d_model 64, 4 heads, d_ff 128, a 10,000-word vocabulary, dropout 0.3) on
+encoder layer, d_model 64, 4 heads, d_ff 128, a 10,000-word vocabulary, dropout 0.3, and
+since 2026-11-28 the data settings' region embedding) on
 batches of the shapes its length buckets produce (8,192 tokens: 16 x 512, 32 x 256,
 64 x 128), once with each thread count. Each thread count runs in its own subprocess, one
 after the other, because OpenBLAS reads ``OPENBLAS_NUM_THREADS`` when NumPy is imported.
@@ -39,7 +40,7 @@ def worker(steps: int, warmup: int) -> dict:
     settings = SentimentTask.recipe(data)[0]
     model = TransformerClassifier(TransformerConfig(
         src_vocab_size=data.vocab_size, max_len=data.max_tokens + 1, pad_id=0, n_classes=2, pooling=data.pooling,
-        **settings.config_fields()))
+        region=data.region, **settings.config_fields()))
     model.train()
     opt = Adam(model.parameters(), lr=1e-4)
     rng = np.random.default_rng(0)

@@ -409,8 +409,11 @@ def test_shared_embeddings_are_refused_without_one_vocabulary():
 
 def test_region_embedding_is_blind_to_padding_and_refused_where_it_cannot_be():
     """A review alone and the same review padded in a batch get the same logits; a model without an
-    encoder, or a causal one, refuses a region embedding in one line."""
+    encoder, or a causal one, refuses a region embedding in one line; a translator's decoder has none
+    (it must not read the next target token)."""
     from numpytransformer.lm import TransformerLM
+    translator, _, _ = build_model("transformer", False, region=2)
+    assert translator.encoder.embedder.region is not None and translator.decoder.embedder.region is None
     model = TransformerClassifier(tiny_config(region=2, dropout=0.0)).eval()
     batch = model.forward(SRC)
     np.testing.assert_allclose(model.forward(SRC[1:, :3]), batch[1:], rtol=1e-12)
