@@ -404,8 +404,9 @@ def test_region_embedding_learns_and_its_checkpoint_rebuilds_it(synthetic_dir, t
     assert metrics["accuracy"] >= 0.9
     V, D = len(task.vocab), model.cfg.d_model
     assert model.parameters()["encoder.embedder.region.W"].shape == (4, V, D)
-    # The checkpoint records the region, and the model loaded from it classifies as this one does.
-    _, again, _ = load_for_inference(str(tmp_path), str(synthetic_dir))
+    # The checkpoint records the region, and the model loaded from it classifies as this one does
+    # (last/: the weights the run ended with; best/ may be an earlier epoch's).
+    _, again, _ = load_for_inference(str(tmp_path / "last"), str(synthetic_dir))
     assert again.cfg.region == 2
     ids = [task.encode(t) for t in ("superb and brilliant", "dull, i hated it", "a film")]
     np.testing.assert_allclose(task.probabilities(again, ids), task.probabilities(model.eval(), ids), rtol=1e-6)
