@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from ..bleu import bleu_tokens, corpus_bleu
-from ..config import TransformerConfig
+from ..config import REGION_MAX, TransformerConfig
 from ..datasets.batching import bucket_batches, length_batches, pad_batch, pad_or_unk, teacher_forcing
 from ..datasets.multi30k import load_multi30k
 from ..datasets.numbers import make_number_pairs
@@ -72,6 +72,9 @@ class TranslateData:
                                          none="3000 for multi30k, 1000 for numbers")
     max_len: int = option(128, "longest sentence in tokens; longer inputs are cut, with a warning",
                           low=4, high=4096)
+    region: int = option(0, "each source token's input vector also adds the embeddings of its N neighbours on "
+                         "each side, one table for each offset (a region embedding, as `train sentiment` has; the "
+                         "decoder's input is untouched; 0: off)", low=0, high=REGION_MAX)
     length_penalty: Optional[float] = option(None, "beam search's length penalty: a hypothesis's log-probability "
                                              "is divided by ((5 + length) / 6) ** X (GNMT's)", low=0.0, high=10.0,
                                              none="1.6 for multi30k (chosen on the validation split), 0.6 for numbers")
@@ -203,7 +206,8 @@ class TranslationTask(Task):
     def build_model(self) -> Transformer:
         return Transformer(TransformerConfig(src_vocab_size=len(self.src_vocab), tgt_vocab_size=len(self.tgt_vocab),
                                              max_len=self.data.max_len, pad_id=PAD,
-                                             share_embeddings=self.data.joint_vocab, **self.model.config_fields()))
+                                             share_embeddings=self.data.joint_vocab, region=self.data.region,
+                                             **self.model.config_fields()))
 
     # ---- training -------------------------------------------------------------------------
     def _index_batches(self, split: str, shuffle: bool, seed: int = 0) -> List[np.ndarray]:
