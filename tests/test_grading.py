@@ -123,6 +123,14 @@ def test_without_the_reference_code_swapped_in_the_bug_would_cost_more(complete,
     assert 0 < result.score < BY_ID["6.2"].points  # partial: dx and the biases are still right
 
 
+def test_a_right_decoder_layer_passes_the_cases_of_a_seed_that_puts_a_kink_within_the_step(complete):
+    """--seed 1003188327 draws 7.2 cases where a ReLU input of the feed-forward lies within the step of
+    finite differences (which then miss ffn.W1 by 6e-2): the layers' expected gradients are the
+    library's own backward, so a correct layer passes them (it failed before)."""
+    r = _run(["check", "7.2", "--student", str(complete), "--seed", "1003188327"], ROOT)
+    assert r.returncode == 0 and "7.2 Residual.backward, DecoderLayer.backward ... passed" in r.stdout, r.stdout
+
+
 def test_every_check_names_its_cases():
     """Every exercise is scored by named entries (a tensor or quantity in a case), none lumped together."""
     from numpytransformer.exercises import reference

@@ -626,7 +626,8 @@ In a notebook, the setup cell runs `%autoreload 2`, so a function you edit in a 
 file is reloaded when you re-run a cell; if in doubt, restart the kernel.
 
 The checker runs your functions in a separate process, on its own test cases, and compares
-what they return with reference values: gradients with float64 finite differences, forward
+what they return with reference values: gradients with float64 finite differences (a whole
+layer's, 7.1 and 7.2, with the library's backward, checked that way in its tests), forward
 values and optimiser states with the library's. It prints one line per exercise:
 
     4.2 attention_backward ... passed (largest relative error 3.1e-11, tolerance 1e-7)
