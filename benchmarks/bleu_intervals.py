@@ -26,8 +26,7 @@ def main() -> None:
     args = p.parse_args()
     task, model, ck = load_for_inference(args.checkpoint, args.data_dir, need="translate")
     for split in ("test", "fresh") if task.data.holdout else ("test",):
-        hyps = [task.detok(h) for h in task.translate_ids(model, task.split_ids(split)[0], beam=args.beam)]
-        refs = [t for _, t in task.pairs[split]]
+        hyps, refs = task.hypotheses(model, split, beam=args.beam)
         score = BLEU().corpus_score(hyps, [refs], n_bootstrap=args.samples)
         # _mean and _ci: the bootstrap's mean and half-width, which sacreBLEU's own format() prints as "μ = m ± ci"
         print(f"{ck}: {split} ({len(refs)} pairs) beam {args.beam}: sacreBLEU {score.score:.2f}, "

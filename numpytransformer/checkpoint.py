@@ -32,8 +32,9 @@ from .errors import NumpyTransformerError
 __all__ = ["CheckpointError", "FORMAT_VERSION", "FIELDS", "save_checkpoint", "load_checkpoint",
            "read_checkpoint_meta", "atomic_write", "average_checkpoints"]
 
-# 7: translation's region; 6: the config's region and sentiment's region; 5: translation's joint_vocab, holdout and length_penalty, the
-# config's share_embeddings; 4: its causal field; 3: the sublayers are named (self_attn_sublayer, ...)
+# 7: translation's region; 6: the config's region and sentiment's region; 5: translation's joint_vocab,
+# holdout and length_penalty, the config's share_embeddings; 4: its causal field; 3: the sublayers are
+# named (self_attn_sublayer, ...)
 FORMAT_VERSION = 7
 
 #: The fields of ``checkpoint.json`` and their JSON types (``a.b`` is field ``b`` inside ``a``);

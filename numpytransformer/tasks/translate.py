@@ -264,12 +264,16 @@ class TranslationTask(Task):
     def detok(self, ids: Sequence[int]) -> str:
         return self.tgt_tok.detokenize(self.tgt_vocab.decode(ids))
 
+    def hypotheses(self, model, split: str, beam: int = 1, limit: Optional[int] = None,
+                   length_penalty: Optional[float] = None):
+        """``(translations, references)`` of a split's first ``limit`` pairs, as detokenised text."""
+        ids = self.translate_ids(model, self.split_ids(split)[0][:limit], beam, length_penalty)
+        return [self.detok(h) for h in ids], [t for _, t in self.pairs[split][:limit]]
+
     def bleu(self, model, split: str, beam: int = 1, limit: Optional[int] = None,
              length_penalty: Optional[float] = None) -> Dict[str, float]:
         """BLEU of a split: ``sacrebleu`` is measure (a), ``bleu`` measure (b)."""
-        ids = self.translate_ids(model, self.split_ids(split)[0][:limit], beam, length_penalty)
-        hyps = [self.detok(h) for h in ids]
-        refs = [t for _, t in self.pairs[split][:limit]]
+        hyps, refs = self.hypotheses(model, split, beam, limit, length_penalty)
         a = bleu_tokens([word_tokenize(h, lowercase=True) for h in hyps], [word_tokenize(r, lowercase=True) for r in refs])
         return {"sacrebleu": corpus_bleu(hyps, refs).score, "bleu": a.score}
 
