@@ -794,3 +794,39 @@ def test_the_back_half_carries_weight():
     assert len(EXERCISES) >= 22 and back >= 0.35 * points
     for lesson in (7, 9, 11, 12):
         assert any(e.lesson == lesson and e.id != "7.1" and e.id != "12.1" for e in EXERCISES), lesson
+
+
+@pytest.mark.parametrize("exercise_id", ["7.1", "7.2"])
+def test_the_layers_expected_gradients_agree_with_finite_differences_on_the_public_cases(exercise_id):
+    """7.1 and 7.2 expect the library's own backward (reference.compute): on the public cases it agrees
+    with centred differences of the layer's forward, dropout masks held fixed, to KINK_TOL."""
+    from numpytransformer import models
+    from numpytransformer.exercises import probe
+    from numpytransformer.gradcheck import KINK_TOL
+
+    def lib(name):
+        return models if name == "models" else __import__(f"numpytransformer.{name}", fromlist=["_"])
+
+    expected = compute(exercise_id)
+    if exercise_id == "7.1":
+        (x, mask), cls, spec = trusted.encoder_layer_inputs(), "EncoderLayer", trusted.ENCODER_LAYER
+        inputs, forward = {"x": x}, (lambda layer: layer.forward(x, mask))
+    else:
+        (x, memory, self_mask, memory_mask), cls, spec = trusted.decoder_layer_inputs(), "DecoderLayer", trusted.DECODER_LAYER
+        inputs, forward = {"x": x, "memory": memory}, (lambda layer: layer.forward(x, memory, self_mask, memory_mask))
+    for i, norm_first in enumerate((False, True)):
+        layer = probe.build_layer(lib, cls, spec, norm_first)
+        gens = {id(m.rng): m.rng for _, m in layer.named_modules() if getattr(m, "rng", None) is not None}
+        states = {k: g.bit_generator.state for k, g in gens.items()}
+
+        def run():
+            for k, g in gens.items():
+                g.bit_generator.state = states[k]
+            return forward(layer)
+
+        dout = trusted.rng(spec["dout_seed"]).standard_normal(np.shape(run()))
+        arrays = {**inputs, **layer.parameters()}
+        for name, a in arrays.items():
+            numeric = trusted.numerical_gradient(run, a, dout)
+            assert trusted.grad_error(expected[f"c{i}.d{name}"], numeric)[1] < KINK_TOL, (exercise_id, i, name)
+        assert len(arrays) == len([k for k in expected if k.startswith(f"c{i}.d")])  # every gradient compared

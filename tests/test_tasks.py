@@ -143,7 +143,9 @@ def test_translation_region_embeds_the_source_only_and_is_rebuilt_from_its_check
     assert model.parameters()["encoder.embedder.region.W"].shape == (4, len(task.src_vocab), 16)
     assert not [k for k in model.parameters() if k.startswith("decoder") and "region" in k]
     # the tables trained (the model built afresh has the initial ones, the seed's) and were saved and loaded
-    start = task.build_model().parameters()["encoder.embedder.region.W"]
-    assert np.all(np.any(model.parameters()["encoder.embedder.region.W"] != start, axis=(1, 2)))
+    start, trained = (m.parameters()["encoder.embedder.region.W"] for m in (task.build_model(), model))
+    assert np.all(np.any(trained != start, axis=(1, 2)))
+    # the pad rows, the learned boundary vectors, start at zero and learn too
+    assert not np.any(start[:, PAD]) and np.all(np.any(trained[:, PAD], axis=-1))
     src = task.split_ids("test")[0][:6]
     assert all(task.translate_ids(model, src, beam=2))  # the encoder with its region decodes, beam search included

@@ -162,7 +162,8 @@ class Grader:
 
     def gradient(self, got: dict, key: str, name: str, numeric: np.ndarray, tol: float, case: str,
                  hint: str = "", entry: Optional[str] = None) -> bool:
-        """A gradient against finite differences of the grader's own forward; ``hint`` is told at step 3."""
+        """A gradient against the expected one (finite differences of the grader's own forward; a whole
+        layer's, its own backward: ``reference.compute``); ``hint`` is told at step 3."""
         entry = entry or self.entry(name, case)
         a = self.array(got, key, name, numeric.shape, case, entry)
         if a is None:
