@@ -459,6 +459,19 @@ def test_edition_notebooks_compile(edition):
                 compile(code, f"{path.name} cell {i}", "exec")
 
 
+def test_an_edition_without_its_reference_file_refuses_to_grade(edition, tmp_path):
+    """Without the stored values the grader would compute them from the student's own code, and every
+    answer would pass against itself: it refuses, in one line naming the file."""
+    copy = tmp_path / "edition"
+    shutil.copytree(edition, copy)
+    (copy / "numpytransformer" / "exercises" / "reference.npz").unlink()
+    r = _run(["-m", "numpytransformer.exercises", "check", "1.1"], copy)
+    assert r.returncode == 2 and not r.stdout, r.stdout + r.stderr
+    assert "reference.npz is missing" in r.stderr and len(r.stderr.splitlines()) == 1
+    r = _run(["-c", "from numpytransformer.exercises import reference; reference.expected('1.1')"], copy)
+    assert r.returncode == 1 and "FileNotFoundError" in r.stderr and "reference.npz is missing" in r.stderr
+
+
 def test_edition_reports_every_exercise_not_yet_implemented(edition):
     r = _run(["-m", "numpytransformer.exercises", "check"], edition)
     assert r.returncode == 1, r.stdout + r.stderr
