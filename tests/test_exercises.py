@@ -459,16 +459,20 @@ def test_edition_notebooks_compile(edition):
                 compile(code, f"{path.name} cell {i}", "exec")
 
 
-def test_an_edition_without_its_reference_file_refuses_to_grade(edition, tmp_path):
+@pytest.mark.parametrize("which", ["edition", "guided_edition"])
+def test_an_edition_without_its_reference_file_refuses_to_grade(which, request, tmp_path):
     """Without the stored values the grader would compute them from the student's own code, and every
-    answer would pass against itself: it refuses, in one line naming the file."""
+    answer would pass against itself: it refuses, in one line naming the file, before running any."""
     copy = tmp_path / "edition"
-    shutil.copytree(edition, copy)
+    shutil.copytree(request.getfixturevalue(which), copy)
     (copy / "numpytransformer" / "exercises" / "reference.npz").unlink()
     r = _run(["-m", "numpytransformer.exercises", "check", "1.1"], copy)
     assert r.returncode == 2 and not r.stdout, r.stdout + r.stderr
     assert "reference.npz is missing" in r.stderr and len(r.stderr.splitlines()) == 1
-    r = _run(["-c", "from numpytransformer.exercises import reference; reference.expected('1.1')"], copy)
+    code = ("from numpytransformer.exercises import checks\n"
+            "checks._probe = None  # a probe would be a TypeError: the refusal comes first\n"
+            "checks.run_check('1.1')")
+    r = _run(["-c", code], copy)
     assert r.returncode == 1 and "FileNotFoundError" in r.stderr and "reference.npz is missing" in r.stderr
 
 
