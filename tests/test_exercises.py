@@ -461,8 +461,8 @@ def test_edition_notebooks_compile(edition):
 
 @pytest.mark.parametrize("which", ["edition", "guided_edition"])
 def test_an_edition_without_its_reference_file_refuses_to_grade(which, request, tmp_path):
-    """Without the stored values the grader would compute them from the student's own code, and every
-    answer would pass against itself: it refuses, in one line naming the file, before running any."""
+    """Without the stored values the grader would compute them from the student's own code and grade
+    that code against itself: it refuses, in one line naming the file, before running any of it."""
     copy = tmp_path / "edition"
     shutil.copytree(request.getfixturevalue(which), copy)
     (copy / "numpytransformer" / "exercises" / "reference.npz").unlink()

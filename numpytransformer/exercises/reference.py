@@ -27,7 +27,7 @@ REFERENCE_FILE = Path(__file__).resolve().parent / "reference.npz"
 _PACKAGE = __name__.rsplit(".", 2)[0]  # the package this grader belongs to
 
 #: What a student edition's grader says when its stored values are gone: computed live, they
-#: would come from the student's own code, and every answer would pass against itself.
+#: would come from the student's own code, which would then be graded against itself.
 MISSING = (f"{REFERENCE_FILE} is missing: a student edition's grader compares your answers with the "
            "values stored there; copy that file again from the edition your teacher gave you")
 
