@@ -140,10 +140,12 @@ def _check(which: Optional[str], student: Optional[str], json_path: Optional[str
                      f"{', '.join(BY_ID)}; lessons: {', '.join(map(str, LESSONS))}")
     if timeout is not None and not 0 < timeout < float("inf"):
         return _fail(f"--timeout must be a positive number of seconds, got {timeout:g}")
-    from .reference import MISSING, REFERENCE_FILE, is_student_edition
+    from .reference import REFERENCE_FILE, require_stored_values
 
-    if is_student_edition() and not REFERENCE_FILE.is_file():
-        return _fail(MISSING)
+    try:
+        require_stored_values()
+    except FileNotFoundError as e:
+        return _fail(str(e))
     if seed is None:
         # A teacher (the full library, reference values computed live) grades a student on fresh cases.
         seed = secrets.randbelow(2 ** 31 - 1) + 1 if student is not None and not REFERENCE_FILE.is_file() else 0
