@@ -353,7 +353,7 @@ def test_help_lists_the_generated_flags_with_the_recipe_defaults(task, shown, ca
 
 def test_recipes_fix_their_updates_not_their_minutes(capsys):
     """No recipe stops on the clock: its result would then depend on the machine's speed.
-    Multi30K trains a fixed number of epochs, with a dropout, by direction."""
+    Multi30K trains a fixed number of epochs, with a dropout, Noam factor and decay by direction."""
     from numpytransformer.tasks.base import TASKS
 
     variants = {"translate": [{}, {"dataset": "multi30k", "direction": "de-en"},
