@@ -89,6 +89,7 @@ def test_beam_search_divides_by_the_data_settings_length_penalty(monkeypatch):
     import numpytransformer.tasks.translate as translate
 
     assert TranslateData(dataset="multi30k").length_penalty == 1.6 and TranslateData().length_penalty == 0.6
+    assert TranslateData(dataset="multi30k", direction="en-de").length_penalty == 1.2
     seen = []
     monkeypatch.setattr(translate, "beam_search", lambda model, batch, n, beam, lp, bos, eos: seen.append(lp) or
                         [[] for _ in batch])
