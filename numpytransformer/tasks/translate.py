@@ -130,7 +130,7 @@ class TranslationTask(Task):
     #: for the same result.
     MULTI30K = {"de-en": {"epochs": 28, "dropout": 0.2, "lr_factor": 0.5, "weight_decay": 0.0, "word_dropout": 0.0,
                           "length_penalty": 1.6},
-                "en-de": {"epochs": 28, "dropout": 0.2, "lr_factor": 0.7, "weight_decay": 0.2, "word_dropout": 0.1,
+                "en-de": {"epochs": 28, "dropout": 0.2, "lr_factor": 1.0, "weight_decay": 0.2, "word_dropout": 0.1,
                           "length_penalty": 1.2}}
 
     @classmethod
