@@ -28,7 +28,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from numpytransformer.optim import Adam
+from numpytransformer.training.optim import Adam
 from numpytransformer.text import Tokenizer, Vocab
 
 __all__ = ["SparseRows", "BowLogReg", "bow_features", "train_bow_logreg", "evaluate"]

@@ -2,8 +2,8 @@
 
 Both sides decode the same sentences with the same weights:
 
-* ``numpy``: :func:`numpytransformer.decoding.greedy_decode` and
-  :func:`~numpytransformer.decoding.beam_search` (beam 4, length penalty 0.6), which keep each
+* ``numpy``: :func:`numpytransformer.nn.decoding.greedy_decode` and
+  :func:`~numpytransformer.nn.decoding.beam_search` (beam 4, length penalty 0.6), which keep each
   decoder layer's self-attention keys and values (the KV cache) and the memory's
   cross-attention keys and values, so a step runs one position.
 * ``torch``: a straightforward cached decoder written here in PyTorch (float32, inference
@@ -62,7 +62,7 @@ def build_task_and_model(checkpoint: Optional[str], data_dir: Optional[str]):
         if not hasattr(task, "encode_src"):
             raise SystemExit(f"{path} is not a translation checkpoint (its task has no source sentences)")
         return task, model, f"checkpoint {path}"
-    from numpytransformer.settings import ModelSettings
+    from numpytransformer.training.settings import ModelSettings
     from numpytransformer.tasks.translate import TranslateData, TranslationTask
 
     task = TranslationTask(TranslateData(dataset="multi30k", direction="de-en"),
@@ -252,7 +252,7 @@ class TorchDecoder:
 
 def strip(row, eos_id: int) -> List[int]:
     """Tokens up to the first EOS, cut as the library cuts them."""
-    from numpytransformer.decoding import _strip
+    from numpytransformer.nn.decoding import _strip
 
     return _strip(row, eos_id)
 
@@ -302,7 +302,7 @@ def profile_sides(sides, batches, n: int, model, top: int = 14) -> None:
 
     import numpy as np
 
-    from numpytransformer.linear import linear_forward
+    from numpytransformer.core.linear import linear_forward
 
     for side, fns in sides.items():
         prof = cProfile.Profile(time.process_time)
@@ -353,7 +353,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from bench_step import machine_facts
     from numpytransformer.datasets import load_multi30k
-    from numpytransformer.decoding import beam_search, greedy_decode
+    from numpytransformer.nn.decoding import beam_search, greedy_decode
 
     task, model, what = build_task_and_model(args.checkpoint, args.data_dir)
     src_lang = task.data.langs[0] if hasattr(task, "data") else "de"

@@ -103,7 +103,7 @@ def bench_gemms(c: BenchConfig, rounds: int):
 
 def bench_elementwise(rounds: int):
     """Element-wise kernels on a reversal activation (128, 20, 64) and its attention weights."""
-    from numpytransformer.fast import layernorm_forward, softmax  # the forms the library runs by default
+    from numpytransformer.core.fast import layernorm_forward, softmax  # the forms the library runs by default
 
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((2, 128, 20, 64), dtype=np.float32)
@@ -140,7 +140,7 @@ def bench_adam(rounds: int):
 
 def bench_loss(rounds: int):
     """The loss and its gradient over the translation step's logits (64, 24, 8000), each side."""
-    from numpytransformer.losses import cross_entropy
+    from numpytransformer.core.losses import cross_entropy
 
     c = CONFIGS["translation"]
     rng = np.random.default_rng(0)

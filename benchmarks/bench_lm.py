@@ -6,7 +6,7 @@ from its description (not copied): 4 layers, 4 heads, 128 wide, context 64, batc
 positions, tied output; AdamW (lr 1e-3, betas 0.9/0.99, weight decay 0.1 on matrices),
 100 warm-up iterations then a cosine decay to 1e-4, gradient clipping at 1.0.
 
-Our side is :class:`numpytransformer.lm.TransformerLM` trained the way ``train lm --tokenization
+Our side is :class:`numpytransformer.nn.gpt.TransformerLM` trained the way ``train lm --tokenization
 char`` trains it: Adam (betas 0.9/0.98, no weight decay) with the Noam schedule and clipping at
 1.0, with a recipe of its own (:data:`NP_DEFAULTS`, changed by ``--np "key=value ..."``; repeat
 ``--np`` to run several of ours against one reference). Each of our sides trains for as
@@ -39,12 +39,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from numpytransformer.config import TransformerConfig  # noqa: E402
+from numpytransformer.nn.config import TransformerConfig  # noqa: E402
 from numpytransformer.datasets.shakespeare import load_text, split_text  # noqa: E402
-from numpytransformer.lm import TransformerLM  # noqa: E402
-from numpytransformer.losses import cross_entropy  # noqa: E402
-from numpytransformer.optim import Adam, NoamSchedule, clip_grad_norm  # noqa: E402
-from numpytransformer.sampling import generate  # noqa: E402
+from numpytransformer.nn.gpt import TransformerLM  # noqa: E402
+from numpytransformer.core.losses import cross_entropy  # noqa: E402
+from numpytransformer.training.optim import Adam, NoamSchedule, clip_grad_norm  # noqa: E402
+from numpytransformer.nn.sampling import generate  # noqa: E402
 
 
 def random_windows(data: np.ndarray, block: int, batch: int, rng: np.random.Generator):

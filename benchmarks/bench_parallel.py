@@ -72,9 +72,9 @@ def build(recipe: str):
     """``(model, task, train config, batches)`` of a recipe at its shapes."""
     import numpy as np
 
-    from numpytransformer.config import TransformerConfig
-    from numpytransformer.lm import TransformerLM
-    from numpytransformer.models import Transformer
+    from numpytransformer.nn.config import TransformerConfig
+    from numpytransformer.nn.gpt import TransformerLM
+    from numpytransformer.nn.models import Transformer
     from numpytransformer.tasks.lm import LanguageModelTask, LMData
     from numpytransformer.tasks.reverse import ReversalTask, ReverseData
     from numpytransformer.tasks.translate import TranslateData, TranslationTask
@@ -110,8 +110,8 @@ def worker(recipe: str, steps: int, warmup: int) -> None:
     """Time ``steps`` updates on this process (or on each rank, under mpiexec); rank 0 prints."""
     import numpy as np
 
-    from numpytransformer.parallel import world
-    from numpytransformer.trainer import Trainer
+    from numpytransformer.training.parallel import world
+    from numpytransformer.training.trainer import Trainer
 
     comm = world()
     model, task, train, batches = build(recipe)

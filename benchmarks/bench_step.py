@@ -210,7 +210,7 @@ def numpy_setup(c: BenchConfig):
     import numpy as np
 
     from numpytransformer import Adam, NoamSchedule, Transformer, TransformerConfig, clip_grad_norm
-    from numpytransformer.losses import cross_entropy
+    from numpytransformer.core.losses import cross_entropy
 
     src, tgt_in, tgt_out = make_batch(c)
     model = Transformer(TransformerConfig(src_vocab_size=c.V, tgt_vocab_size=c.V, d_model=c.D, n_heads=c.H,

@@ -30,10 +30,10 @@ SHAPES = [(16, 512), (32, 256), (64, 128)]
 def worker(steps: int, warmup: int) -> dict:
     import numpy as np
 
-    from numpytransformer.config import TransformerConfig
-    from numpytransformer.losses import cross_entropy
-    from numpytransformer.models import TransformerClassifier
-    from numpytransformer.optim import Adam, clip_grad_norm
+    from numpytransformer.nn.config import TransformerConfig
+    from numpytransformer.core.losses import cross_entropy
+    from numpytransformer.nn.models import TransformerClassifier
+    from numpytransformer.training.optim import Adam, clip_grad_norm
     from numpytransformer.tasks.sentiment import SentimentData, SentimentTask
 
     data = SentimentData()

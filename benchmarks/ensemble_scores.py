@@ -3,7 +3,7 @@
 Translation: cased sacreBLEU, greedy and beam 4, on the validation split, the test split and
 (for runs trained with ``--holdout``) the held-out training pairs. Sentiment: validation
 accuracy and loss (``eval`` gives the test split's). The ensemble averages the members'
-probabilities (``numpytransformer/ensemble.py``); choose by the validation rows.
+probabilities (``numpytransformer/nn/ensemble.py``); choose by the validation rows.
 
     python benchmarks/ensemble_scores.py runs/en-de-0 runs/en-de-1
 """

@@ -22,7 +22,7 @@ import numpy as np
 import numpytransformer as nt
 from numpytransformer.tasks.lm import LanguageModelTask, LMData
 from numpytransformer.tasks.reverse import ReversalTask, ReverseData
-from numpytransformer.trainer import TrainConfig, Trainer
+from numpytransformer.training.trainer import TrainConfig, Trainer
 
 
 def warmup_run(variant: str) -> str:

@@ -30,7 +30,7 @@ print(f"x * (x > 0)            {t(lambda: x * (x > 0)):.3f} ms")
 print(f"np.maximum(x, 0)       {t(lambda: np.maximum(x, 0)):.3f} ms")
 print(f"x > 0 (the mask)       {t(lambda: x > 0):.3f} ms")
 # How far the einsum's sums (no pairwise summation) leave a float32 softmax row from summing to 1.
-from numpytransformer.fast import softmax  # noqa: E402  (the form whose row sums are einsums)
+from numpytransformer.core.fast import softmax  # noqa: E402  (the form whose row sums are einsums)
 
 for V in (8000, 100_000):
     z = (rng.standard_normal((64, V)) * 3).astype(np.float32)

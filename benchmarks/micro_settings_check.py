@@ -13,8 +13,8 @@ import typing
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpytransformer.settings as settings  # noqa: E402
-from numpytransformer.settings import ModelSettings  # noqa: E402
+import numpytransformer.training.settings as settings
+from numpytransformer.training.settings import ModelSettings  # noqa: E402
 from numpytransformer.tasks.translate import TranslateData  # noqa: E402
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from numpytransformer.checkpoint import average_checkpoints
+from numpytransformer.training.checkpoint import average_checkpoints
 from numpytransformer.cli import _build_model, _read_task
-from numpytransformer.trainer import kept_epochs
+from numpytransformer.training.trainer import kept_epochs
 
 
 def sacrebleu(task, model, split: str, beam: int = 1, length_penalty: float = 0.6) -> float:

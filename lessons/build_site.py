@@ -79,7 +79,7 @@ def exercises_of(number: int) -> list:
     """The exercises of a lesson, from the grader's catalogue (of the library beside the lessons, as they use)."""
     if str(LESSONS.parent) not in sys.path:
         sys.path.insert(0, str(LESSONS.parent))
-    from numpytransformer.exercises.catalog import LESSONS as BY_LESSON
+    from course.catalog import LESSONS as BY_LESSON
 
     return BY_LESSON.get(number, [])
 
@@ -189,7 +189,7 @@ ul.exercises {{ margin: 0.2em 0; padding-left: 1.2em; font-size: 95% }}
 <p>The Transformer of <i>Attention Is All You Need</i> in NumPy, every backward pass derived by hand.
 Each lesson below was executed top to bottom on a CPU to make this page; take them in order.
 The exercises are pieces of the library cut out of the student edition; each is checked with
-<code>python -m numpytransformer.exercises check ID</code>, and each lesson ends with written questions.</p>
+<code>python -m course check ID</code>, and each lesson ends with written questions.</p>
 <ol>
 {rows}
 </ol></body></html>

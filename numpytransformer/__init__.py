@@ -2,15 +2,15 @@
 
 Every operation is a pair of pure functions ``*_forward(...) -> (out, cache)`` and
 ``*_backward(dout, cache) -> grads``, with thin modules on top; every backward pass
-is checked against finite differences (:mod:`numpytransformer.gradcheck`). The pairs are written
-as the lessons derive them; the Modules run the equal, faster forms of :mod:`numpytransformer.fast`
+is checked against finite differences (:mod:`numpytransformer.core.gradcheck`). The pairs are written
+as the lessons derive them; the Modules run the equal, faster forms of :mod:`numpytransformer.core.fast`
 unless ``fast.use_fast(False)`` (or ``NUMPYTRANSFORMER_FAST=0``) asks for the textbook pairs.
 """
-from . import fast, gradcheck
-from .config import TransformerConfig
-from .lm import TransformerLM
-from .models import Transformer, TransformerClassifier, TransformerTagger
-from .optim import Adam, NoamSchedule, clip_grad_norm
+from .core import fast, gradcheck
+from .nn.config import TransformerConfig
+from .nn.gpt import TransformerLM
+from .nn.models import Transformer, TransformerClassifier, TransformerTagger
+from .training.optim import Adam, NoamSchedule, clip_grad_norm
 
 __version__ = "0.1.0"
 

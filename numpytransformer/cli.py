@@ -15,16 +15,22 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, read_checkpoint_meta, save_checkpoint
-from .config import SEED_MAX
-from .ensemble import Ensemble
+from .training.checkpoint import (
+    CheckpointError,
+    average_checkpoints,
+    load_checkpoint,
+    read_checkpoint_meta,
+    save_checkpoint,
+)
+from .nn.config import SEED_MAX
+from .nn.ensemble import Ensemble
 from .errors import NumpyTransformerError
-from .models import Transformer, TransformerClassifier
-from .parallel import launched_rank, launched_ranks, print_traceback_and_stop, stop_run, world
-from .settings import ModelSettings, add_flags, flag_of, given_values, whole_number
+from .nn.models import Transformer, TransformerClassifier
+from .training.parallel import launched_rank, launched_ranks, print_traceback_and_stop, stop_run, world
+from .training.settings import ModelSettings, add_flags, flag_of, given_values, whole_number
 from .tasks.base import TASKS, task_class, task_from_dict
 from .tasks.reverse import ReversalTask, ReverseData
-from .trainer import TrainConfig, Trainer, kept_epochs
+from .training.trainer import TrainConfig, Trainer, kept_epochs
 
 __all__ = ["main", "build_parser", "load_for_inference", "load_ensemble"]
 
@@ -91,7 +97,7 @@ def _trained_on(task, ck: Path) -> dict:
 
 def load_ensemble(paths: List[str], data_dir: Optional[str] = None, need: Optional[str] = None, beam: int = 1):
     """``(task, model, checkpoint path)`` for one checkpoint, as :func:`load_for_inference`; for several,
-    an :class:`~numpytransformer.ensemble.Ensemble` of their models, which must share the task, its data
+    an :class:`~numpytransformer.nn.ensemble.Ensemble` of their models, which must share the task, its data
     settings, its vocabulary and the data they trained on (the first checkpoint's task encodes the inputs)."""
     task, model, ck = load_for_inference(paths[0], data_dir, need, beam)
     if len(paths) == 1:
@@ -231,7 +237,7 @@ def cmd_generate(args) -> None:
 
 
 def cmd_attention(args) -> None:
-    from .plotting import image_suffixes, plot_attention
+    from .training.plotting import image_suffixes, plot_attention
 
     suffix = Path(args.out).suffix.lower()
     if suffix not in image_suffixes():

@@ -1,8 +1,8 @@
 """GPT-1's two stages (Radford et al., 2018): pretrain a language model, then fine-tune it as a classifier.
 
-Stage one trains a :class:`~numpytransformer.lm.TransformerLM` on unlabelled text, predicting
+Stage one trains a :class:`~numpytransformer.nn.gpt.TransformerLM` on unlabelled text, predicting
 each next token. Stage two copies what reads the text (the token embedding, the blocks and the
-final LayerNorm) into the encoder of a :class:`~numpytransformer.models.TransformerClassifier`
+final LayerNorm) into the encoder of a :class:`~numpytransformer.nn.models.TransformerClassifier`
 and trains it on the labels; only the classification head starts from scratch. The two models
 compute the same hidden states when the classifier is causal (``causal=True``: each position
 sees itself and earlier tokens, as in the language model), pre-LN like GPT-2, with the
@@ -19,9 +19,9 @@ import numpy as np
 
 from .datasets.batching import next_token_windows, random_windows
 from .errors import NumpyTransformerError
-from .lm import TransformerLM, lm_loss_backward, lm_loss_forward, next_token_nats
-from .models import TransformerClassifier
-from .optim import Adam, NoamSchedule, clip_grad_norm
+from .nn.gpt import TransformerLM, lm_loss_backward, lm_loss_forward, next_token_nats
+from .nn.models import TransformerClassifier
+from .training.optim import Adam, NoamSchedule, clip_grad_norm
 
 __all__ = ["id_stream", "pretrain_lm", "lm_loss_of_stream", "lm_into_classifier"]
 

@@ -18,11 +18,11 @@ from typing import Callable, Dict, List, NamedTuple, Sequence
 
 import numpy as np
 
-from .checkpoint import atomic_write
+from .training.checkpoint import atomic_write
 from .errors import NumpyTransformerError
-from .settings import ModelSettings
+from .training.settings import ModelSettings
 from .tasks.reverse import ReversalTask, ReverseData
-from .trainer import Trainer, TrainConfig
+from .training.trainer import Trainer, TrainConfig
 
 __all__ = ["FACTORS", "DEFAULT_GRID", "sweep_settings", "run_sweep", "factor_effects", "write_report",
            "default_sweep_train", "SeedSummary", "t_quantile", "over_seeds"]
@@ -228,7 +228,7 @@ def write_report(records: List[dict], out_dir, title: str = "Reversal ablation")
     atomic_write(md, "\n".join(lines) + "\n")
 
     if effects:
-        from .plotting import new_figure
+        from .training.plotting import new_figure
 
         fig = new_figure(figsize=(3.2 * len(effects), 3.0))
         axes = fig.subplots(1, len(effects), squeeze=False)[0]

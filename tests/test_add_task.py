@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 
 from numpytransformer.cli import main
-from numpytransformer.settings import ModelSettings
+from numpytransformer.training.settings import ModelSettings
 from numpytransformer.tasks.base import TASKS, Task, task_class
 from numpytransformer.tasks.sort import SortTask
 

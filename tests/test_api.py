@@ -20,7 +20,7 @@ def batch():
 def run_snippet(src, tgt_in, tgt_out):
     # ---- the snippet, verbatim -------------------------------------------------------
     from numpytransformer import Transformer, TransformerConfig
-    from numpytransformer.losses import cross_entropy
+    from numpytransformer.core.losses import cross_entropy
     cfg = TransformerConfig(src_vocab_size=50, tgt_vocab_size=60, d_model=32, n_heads=4,
                             n_layers=2, d_ff=64, max_len=40, dropout=0.1, pad_id=0,
                             dtype="float64", seed=0)
@@ -90,7 +90,7 @@ def test_same_seed_gives_identical_dropout_masks(batch):
 
 
 def test_two_backward_passes_without_zero_grad_accumulate(batch):
-    from numpytransformer.losses import cross_entropy
+    from numpytransformer.core.losses import cross_entropy
     src, tgt_in, tgt_out = batch
     model, *_ = run_snippet(*batch)
     model.eval()  # the same forward twice

@@ -1,4 +1,4 @@
-"""Tests for numpytransformer.bleu: hand-computed cases and parity with sacreBLEU."""
+"""Tests for numpytransformer.text.bleu: hand-computed cases and parity with sacreBLEU."""
 
 import gzip
 import math
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from numpytransformer.bleu import BLEUResult, bleu_tokens, corpus_bleu, tokenize_13a
+from numpytransformer.text.bleu import BLEUResult, bleu_tokens, corpus_bleu, tokenize_13a
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("NUMPYTRANSFORMER_DATA", REPO.parent / "shared" / "data"))

@@ -11,16 +11,16 @@ import sys
 import numpy as np
 import pytest
 
-import numpytransformer.trainer as trainer_module
+import numpytransformer.training.trainer as trainer_module
 from numpytransformer.cli import build_parser, load_for_inference, main
-from numpytransformer.config import TransformerConfig
+from numpytransformer.nn.config import TransformerConfig
 from numpytransformer.errors import NumpyTransformerError
-from numpytransformer.models import TransformerClassifier
-from numpytransformer.settings import given_values
+from numpytransformer.nn.models import TransformerClassifier
+from numpytransformer.training.settings import given_values
 from numpytransformer.tasks.base import task_class
 from numpytransformer.tasks.reverse import ReversalTask, ReverseData
 from numpytransformer.tasks.translate import TranslationTask
-from numpytransformer.trainer import TrainConfig
+from numpytransformer.training.trainer import TrainConfig
 
 TINY = ["train", "reverse", "--n-symbols", "6", "--max-len", "6", "--n-train", "300", "--n-val", "30",
         "--n-test", "30", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--layers", "1", "--epochs", "1"]
@@ -281,7 +281,7 @@ def test_resume_refuses_a_checkpoint_without_its_training_settings(tmp_path, cap
 
 def test_ctrl_c_says_how_to_resume(tmp_path, capsys, monkeypatch):
     """Ctrl-C during epoch 2: exit 130, the note names last/ at epoch 1, and --resume finishes."""
-    from numpytransformer.trainer import Trainer
+    from numpytransformer.training.trainer import Trainer
 
     real, fired = Trainer.train_step, []
 
@@ -406,8 +406,8 @@ def test_the_command_line_and_the_library_share_one_set_of_limits():
     accepts is one TransformerConfig builds, and one past a flag's limit is refused by both."""
     import dataclasses
 
-    from numpytransformer.config import DROPOUT_MAX, SEED_MAX, SIZE_LIMITS
-    from numpytransformer.settings import ModelSettings
+    from numpytransformer.nn.config import DROPOUT_MAX, SEED_MAX, SIZE_LIMITS
+    from numpytransformer.training.settings import ModelSettings
     from numpytransformer.tasks.sentiment import SentimentData
 
     limits = {**SIZE_LIMITS, "dropout": DROPOUT_MAX, "seed": SEED_MAX}

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from numpytransformer import Transformer, TransformerConfig
-from numpytransformer.decoding import beam_search, greedy_decode, log_softmax
-from numpytransformer.ensemble import Ensemble
+from numpytransformer.nn.decoding import beam_search, greedy_decode, log_softmax
+from numpytransformer.nn.ensemble import Ensemble
 from numpytransformer.errors import NumpyTransformerError
 
 
@@ -183,7 +183,7 @@ def test_ensemble_members_must_share_the_vocabularies():
 
 
 def test_an_ensemble_of_classifiers_scores_the_mean_probability():
-    from numpytransformer.models import TransformerClassifier
+    from numpytransformer.nn.models import TransformerClassifier
 
     members = [TransformerClassifier(TransformerConfig(src_vocab_size=15, d_model=d, n_heads=2, n_layers=1, d_ff=16,
                                                        max_len=30, dtype="float64", seed=s)).eval()

@@ -144,13 +144,3 @@ def _package_imports(path: Path) -> set:
     return found
 
 
-def test_the_architecture_section_is_true_of_the_imports():
-    """README's Architecture: a pair's file imports only pairs, module.py and the helpers; only the
-    package's __init__.py imports fast.py (which imports multihead.py, a layer further down)."""
-    pkg = ROOT / "numpytransformer"
-    pairs = {"linear", "relu", "dropout", "embedding", "positional", "softmax", "attention", "layernorm",
-             "feedforward", "losses", "optim"}
-    for name in sorted(pairs):
-        assert _package_imports(pkg / f"{name}.py") <= pairs | {"module", "errors", "validation"}, name
-    importers = {p.stem for p in pkg.glob("*.py") if "fast" in _package_imports(p)}
-    assert importers == {"__init__"}, importers

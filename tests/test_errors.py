@@ -11,12 +11,13 @@ import pytest
 
 from numpytransformer import (Adam, NoamSchedule, Transformer, TransformerClassifier, TransformerConfig,
                               TransformerTagger, clip_grad_norm)
-from numpytransformer.dropout import Dropout, dropout_forward
+from numpytransformer.nn.modules import Dropout
+from numpytransformer.core.dropout import dropout_forward
 from numpytransformer.errors import NumpyTransformerError
-from numpytransformer.layernorm import LayerNorm
-from numpytransformer.linear import Linear
-from numpytransformer.losses import cross_entropy
-from numpytransformer.multihead import MultiHeadAttention
+from numpytransformer.nn.modules import LayerNorm
+from numpytransformer.nn.modules import Linear
+from numpytransformer.core.losses import cross_entropy
+from numpytransformer.nn.modules import MultiHeadAttention
 
 PAD = 0
 SRC = np.array([[3, 4, 5, PAD], [2, 6, PAD, PAD]])  # (B=2, S=4)
@@ -314,7 +315,7 @@ def test_optimiser_settings_are_checked_where_they_are_given(make, message):
     (lambda m, x, mem: m(x, mem, mask=np.ones((2, 1, 1, 4), dtype=bool)), r"mask must broadcast to \(2, 2, 3, 5\)"),
 ])
 def test_the_attention_module_checks_its_inputs(call, message):
-    from numpytransformer.multihead import MultiHeadAttention
+    from numpytransformer.nn.modules import MultiHeadAttention
 
     rng = np.random.default_rng(0)
     m = MultiHeadAttention(8, 2, rng, np.float64)

@@ -21,13 +21,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from numpytransformer.exercises import BY_ID, EXERCISES, trusted
-from numpytransformer.exercises.__main__ import main
-from numpytransformer.exercises.checks import JUDGES, Grader, diagnose, run_check
-from numpytransformer.exercises.fences import (BuildError, FenceError, build_edition, cut_notebook,
-                                               enclosing_function, library_fences, notebook_fences, package_dir,
-                                               parse_fences, placeholder, replace_fences, without_fast_forms)
-from numpytransformer.exercises.reference import compute
+from course import BY_ID, EXERCISES, trusted
+from course.__main__ import main
+from course.checks import JUDGES, Grader, diagnose, run_check
+from course.fences import (
+    BuildError,
+    FenceError,
+    build_edition,
+    cut_notebook,
+    enclosing_function,
+    library_fences,
+    notebook_fences,
+    package_dir,
+    parse_fences,
+    placeholder,
+    replace_fences,
+    without_fast_forms,
+)
+from course.reference import compute
 
 ROOT = package_dir().parent
 IDS = [e.id for e in EXERCISES]
@@ -111,7 +122,7 @@ def test_replace_fences_keeps_indentation_and_the_code_after():
     out = replace_fences(text, fences)
     assert out == ("def f(x):\n    \"\"\"Doc.\"\"\"\n"
                    "    raise NotImplementedError(\"Exercise 4.2: dq, dk and dv (lesson 4; "
-                   "check: python -m numpytransformer.exercises check 4.2)\")\n    return y\n")
+                   "check: python -m course check 4.2)\")\n    return y\n")
     assert placeholder(fences[0]).startswith("    raise NotImplementedError(\"Exercise 4.2: ")
     compile(out, "f.py", "exec")
 
@@ -261,7 +272,7 @@ def test_diagnose_names_simple_relations():
 
 def test_grader_reports_every_failing_tensor_with_the_lessons_properties():
     """A LayerNorm dx without its variance term: named as missing, dgamma's factor too, every case listed."""
-    from numpytransformer.exercises import probe
+    from course import probe
 
     exp = compute("6.1")
     got = {k: v.copy() for k, v in exp.items()}
@@ -427,7 +438,7 @@ def test_edition_holds_no_solution_body(edition):
 def test_edition_holds_the_repository_without_solutions(edition):
     for name in ("EXERCISES.md", "README.md", "setup.cfg", "pyproject.toml", "data/README.md",
                  "numpytransformer/__init__.py", "numpytransformer/datasets/__init__.py",
-                 "numpytransformer/exercises/reference.npz",
+                 "course/reference.npz",
                  "benchmarks/results/sweep-reverse-seq2seq.json", "lessons/11_ablation.ipynb",
                  "docs/cli.md", "docs/teaching.md"):
         assert (edition / name).is_file(), name
@@ -466,10 +477,10 @@ def test_an_edition_without_its_reference_file_refuses_to_grade(which, request, 
     copy = tmp_path / "edition"
     shutil.copytree(request.getfixturevalue(which), copy)
     (copy / "numpytransformer" / "exercises" / "reference.npz").unlink()
-    r = _run(["-m", "numpytransformer.exercises", "check", "1.1"], copy)
+    r = _run(["-m", "course", "check", "1.1"], copy)
     assert r.returncode == 2 and not r.stdout, r.stdout + r.stderr
     assert "reference.npz is missing" in r.stderr and len(r.stderr.splitlines()) == 1
-    code = ("from numpytransformer.exercises import checks\n"
+    code = ("from course import checks\n"
             "checks._probe = None  # a probe would be a TypeError: the refusal comes first\n"
             "checks.run_check('1.1')")
     r = _run(["-c", code], copy)
@@ -477,7 +488,7 @@ def test_an_edition_without_its_reference_file_refuses_to_grade(which, request, 
 
 
 def test_edition_reports_every_exercise_not_yet_implemented(edition):
-    r = _run(["-m", "numpytransformer.exercises", "check"], edition)
+    r = _run(["-m", "course", "check"], edition)
     assert r.returncode == 1, r.stdout + r.stderr
     assert str((edition / "numpytransformer").resolve()) in r.stdout.splitlines()[0]
     lines = _check_lines(r.stdout)
@@ -493,7 +504,7 @@ def test_edition_reports_every_exercise_not_yet_implemented(edition):
 
 
 def test_build_refuses_to_run_from_a_student_edition(edition, tmp_path):
-    r = _run(["-m", "numpytransformer.exercises", "build", str(tmp_path / "again")], edition)
+    r = _run(["-m", "course", "build", str(tmp_path / "again")], edition)
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and "no fence" in r.stderr
     assert not (tmp_path / "again").exists()
@@ -521,7 +532,7 @@ def test_a_student_implementation_is_graded(tmp_path):
     right = _fence_code("1.1")
     assert "dW = x2.T @ d2\n" in right
     _implement(edition_dir, "1.1", right)
-    r = _run(["-m", "numpytransformer.exercises", "check", "1.1"], edition_dir)
+    r = _run(["-m", "course", "check", "1.1"], edition_dir)
     assert r.returncode == 0 and "1.1 linear_backward ... passed (largest relative error" in r.stdout, r.stdout
 
     _implement_again = right.replace("dW = x2.T @ d2\n", "dW = x2.T @ d2 * 2\n")
@@ -530,13 +541,13 @@ def test_a_student_implementation_is_graded(tmp_path):
     _implement(edition_dir, "1.1", _implement_again)
     for args, cwd in ((["check", "1", "--hints", "property"], edition_dir),
                       (["check", "1", "--student", str(edition_dir), "--hints", "property"], ROOT)):
-        r = _run(["-m", "numpytransformer.exercises", *args], cwd)
+        r = _run(["-m", "course", *args], cwd)
         assert r.returncode == 1
         lines = _check_lines(r.stdout)
         assert lines[0].startswith("1.1 linear_backward ... FAILED: dW: relative error 5.0e-01 (tolerance 1e-7)")
         assert "it is the right one times 2" in lines[0]
         assert r.stdout.count("also: dW: relative error 5.0e-01") == 2   # every case, not just the first
-        assert lines[1].startswith("1.2 relu_backward ... not yet implemented (the raise at numpytransformer/relu.py:")
+        assert lines[1].startswith("1.2 relu_backward ... not yet implemented (the raise at numpytransformer/core/relu.py:")
 
 
 def test_what_students_and_teachers_get_wrong_gets_a_clear_answer(tmp_path):
@@ -550,19 +561,19 @@ def test_what_students_and_teachers_get_wrong_gets_a_clear_answer(tmp_path):
     (line,) = [ln for ln in path.read_text().splitlines(keepends=True) if "Exercise 1.1:" in ln]
     path.write_text(path.read_text().replace(line, _fence_code("1.1") + line))  # the solution, then the raise
     _implement(edition_dir, "1.2", "    input()\n")
-    p = subprocess.Popen([sys.executable, "-m", "numpytransformer.exercises", "check", "1", "--timeout", "20"],
+    p = subprocess.Popen([sys.executable, "-m", "course", "check", "1", "--timeout", "20"],
                          cwd=edition_dir, env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     out = p.stdout.read()  # the grader's stdin stays open, like a terminal nobody types into
     p.wait(timeout=60)
     p.stdin.close()
     lines = _check_lines(out)
-    assert lines[0].startswith("1.1 linear_backward ... not yet implemented (the raise at numpytransformer/linear.py:")
+    assert lines[0].startswith("1.1 linear_backward ... not yet implemented (the raise at numpytransformer/core/linear.py:")
     assert lines[1].startswith("1.2 relu_backward ... FAILED: EOFError"), out
     for args, message in ((["check", "1.1", "--student", str(edition_dir)], "this is a student edition's grader"),
                           (["check", "1.1", "--timeout", "inf"], "--timeout must be a positive number")):
-        r = _run(["-m", "numpytransformer.exercises", *args], edition_dir)
+        r = _run(["-m", "course", *args], edition_dir)
         assert r.returncode == 2 and message in r.stderr, r.stderr
-    r = _run(["-m", "numpytransformer.exercises", "check", "1.1", "--student", str(edition_dir), "--json",
+    r = _run(["-m", "course", "check", "1.1", "--student", str(edition_dir), "--json",
               str(tmp_path / "missing" / "r.json")], ROOT)
     assert r.returncode == 2 and "--json" in r.stderr and "Grading" not in r.stdout
 
@@ -571,7 +582,7 @@ def test_solved_releases_chosen_solutions(tmp_path, capsys):
     edition_dir = tmp_path / "edition"
     assert main(["build", str(edition_dir), "--solved", "1.1,4.1"]) == 0
     assert "the solutions of 1.1, 4.1 released" in capsys.readouterr().out
-    r = _run(["-m", "numpytransformer.exercises", "check", "4"], edition_dir)
+    r = _run(["-m", "course", "check", "4"], edition_dir)
     lines = _check_lines(r.stdout)
     assert lines[0].startswith("4.1 attention_forward ... passed"), r.stdout
     assert lines[1].startswith("4.2 attention_backward ... not yet implemented (the raise at")  # no longer waits
@@ -589,8 +600,8 @@ def test_the_edition_trains_on_the_students_pairs_not_the_fast_forms(tmp_path):
     build_edition(edition_dir, solved=[e.id for e in EXERCISES if e.id != "4.1"])
     code = ("import numpy as np\n"
             "from numpytransformer import Transformer, TransformerConfig, fast\n"
-            "from numpytransformer.module import FAST_FORMS\n"
-            "from numpytransformer.fast import *  # __all__ names only what the edition's fast.py holds\n"
+            "from numpytransformer.nn.module import FAST_FORMS\n"
+            "from numpytransformer.core.fast import *  # __all__ names only what the edition's fast.py holds\n"
             "fast.use_fast(True)\n"
             "print(fast.enabled(), len(FAST_FORMS), hasattr(fast, 'attention_backward'))\n"
             "cfg = TransformerConfig(src_vocab_size=7, tgt_vocab_size=7, d_model=8, n_heads=2, n_layers=1, d_ff=16,\n"
@@ -630,14 +641,14 @@ def test_a_backward_that_overwrites_dout_is_not_graded_against_its_own_output(tm
     edition_dir = tmp_path / "edition"
     build_edition(edition_dir)
     _implement(edition_dir, "1.2", "    dout *= 0\n    return dout\n")
-    r = _run(["-m", "numpytransformer.exercises", "check", "1.2"], edition_dir)
+    r = _run(["-m", "course", "check", "1.2"], edition_dir)
     assert r.returncode == 1, r.stdout
     assert _check_lines(r.stdout)[0].startswith("1.2 relu_backward ... FAILED: dx:"), r.stdout
 
 
 def test_check_pair_is_not_fooled_by_a_backward_that_writes_into_dout():
-    from numpytransformer.gradcheck import check_pair
-    from numpytransformer.relu import relu_forward
+    from numpytransformer.core.gradcheck import check_pair
+    from numpytransformer.core.relu import relu_forward
 
     def lazy_backward(dout, cache):
         dout *= 0
@@ -733,7 +744,7 @@ def test_student_edition_asks_the_derivation_and_keeps_the_checks(edition):
 
 
 def test_solved_and_guided_keep_the_derivation_of_their_exercises():
-    from numpytransformer.exercises.fences import BuildError, hide_derivations
+    from course.fences import BuildError, hide_derivations
 
     def notebook():
         return {"cells": [{"cell_type": "code", "source": "expected = p - q", "outputs": ["x"], "execution_count": 3,
@@ -755,7 +766,7 @@ def test_solved_and_guided_keep_the_derivation_of_their_exercises():
 
 
 def test_solution_only_docstring_blocks_are_dropped():
-    from numpytransformer.exercises.fences import strip_solution_only
+    from course.fences import strip_solution_only
 
     text = ('def f(x):\n    """Contract.\n\n    .. solution-only::\n\n        dx = dout W^T\n\n        more\n\n'
             '    Returns\n    -------\n    dx\n    """\n    return x\n')
@@ -818,8 +829,8 @@ def test_the_layers_expected_gradients_agree_with_finite_differences_on_the_publ
     """7.1 and 7.2 expect the library's own backward (reference.compute): on the public cases, the
     grader's layer passes check_module (centred differences, dropout masks held fixed) to KINK_TOL,
     and its gradients there are the expected values."""
-    from numpytransformer.exercises import probe, reference
-    from numpytransformer.gradcheck import KINK_TOL, check_module
+    from course import probe, reference
+    from numpytransformer.core.gradcheck import KINK_TOL, check_module
 
     expected = compute(exercise_id)
     if exercise_id == "7.1":

@@ -1,4 +1,4 @@
-"""The fast forms (numpytransformer/fast.py) against the textbook pairs they stand in for.
+"""The fast forms (numpytransformer/core/fast.py) against the textbook pairs they stand in for.
 
 1. Each fast form gives its pair's values, and a cache from which the pair's backward gives
    the same gradients (or, for a fast backward, the same gradients from the same cache):
@@ -19,16 +19,25 @@ import warnings
 import numpy as np
 import pytest
 
-from numpytransformer import Adam, NoamSchedule, Transformer, TransformerConfig, TransformerLM, clip_grad_norm, fast
-from numpytransformer.attention import attention_backward, attention_forward, causal_mask, padding_mask
+from numpytransformer import Adam, NoamSchedule, Transformer, TransformerConfig, TransformerLM, clip_grad_norm
+from numpytransformer.core import fast
+from numpytransformer.core.attention import attention_backward, attention_forward, causal_mask, padding_mask
 from numpytransformer.errors import NumpyTransformerError
-from numpytransformer.layernorm import LayerNorm, layernorm_backward, layernorm_forward
-from numpytransformer.linear import linear_backward, linear_forward
-from numpytransformer.losses import cross_entropy, softmax_cross_entropy_backward, softmax_cross_entropy_forward
-from numpytransformer.module import FAST_FORMS
-from numpytransformer.multihead import (append_positions, multihead_attention_backward,
-                                        multihead_attention_forward)
-from numpytransformer.softmax import softmax
+from numpytransformer.nn.modules import LayerNorm
+from numpytransformer.core.layernorm import layernorm_backward, layernorm_forward
+from numpytransformer.core.linear import linear_backward, linear_forward
+from numpytransformer.core.losses import (
+    cross_entropy,
+    softmax_cross_entropy_backward,
+    softmax_cross_entropy_forward,
+)
+from numpytransformer.nn.module import FAST_FORMS
+from numpytransformer.core.multihead import (
+    append_positions,
+    multihead_attention_backward,
+    multihead_attention_forward,
+)
+from numpytransformer.core.softmax import softmax
 
 TOL64 = 1e-12  # float64: the forms differ only in the order of their sums
 TOL32 = 2e-6  # float32: about 16 ulps
@@ -70,7 +79,7 @@ def test_every_fast_form_is_registered_for_its_pair():
                      ("layernorm", "layernorm_forward"), ("losses", "softmax_cross_entropy_forward"),
                      ("losses", "softmax_cross_entropy_backward")}
     for pair, form in fast.PAIRS.items():
-        assert form.__name__ == pair.__name__ and form.__module__ == "numpytransformer.fast"
+        assert form.__name__ == pair.__name__ and form.__module__ == "numpytransformer.core.fast"
 
 
 @pytest.mark.parametrize("dtype, tol", TOLS)
@@ -301,7 +310,7 @@ def test_decoders_keep_their_kv_cache_buffers(monkeypatch):
     """The decoders give the cache room for their longest output and beam search reorders it in place,
     so each layer's keys and values get one buffer for the whole search (a reordered copy, or a name
     still holding the cache, would force a new one a step; too little room, one at every doubling)."""
-    from numpytransformer.decoding import beam_search, greedy_decode
+    from numpytransformer.nn.decoding import beam_search, greedy_decode
 
     class CountingNumpy:  # numpy, with its 4-D np.empty calls (the cache buffers) counted
         buffers = 0
@@ -347,8 +356,8 @@ def test_the_switch_decides_what_the_modules_run(monkeypatch):
 def test_every_registered_pair_is_looked_up(monkeypatch):
     """Each pair in fast.PAIRS is one the switch is asked about (module.fast_or_textbook) by a training step
     of the Transformer and a greedy decoding with the KV cache: an entry nothing looks up is dead."""
-    from numpytransformer import module
-    from numpytransformer.decoding import greedy_decode
+    from numpytransformer.nn import module
+    from numpytransformer.nn.decoding import greedy_decode
 
     looked_up = set()
 

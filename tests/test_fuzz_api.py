@@ -26,17 +26,17 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
 from numpytransformer import Transformer, TransformerClassifier, TransformerConfig, TransformerTagger
-from numpytransformer.config import DROPOUT_MAX, SEED_MAX, SIZE_LIMITS
-from numpytransformer.decoding import beam_search, greedy_decode
-from numpytransformer.dropout import Dropout
-from numpytransformer.embedding import Embedding
+from numpytransformer.nn.config import DROPOUT_MAX, SEED_MAX, SIZE_LIMITS
+from numpytransformer.nn.decoding import beam_search, greedy_decode
+from numpytransformer.nn.modules import Dropout
+from numpytransformer.nn.modules import Embedding
 from numpytransformer.errors import NumpyTransformerError
-from numpytransformer.feedforward import FeedForward
-from numpytransformer.layernorm import LayerNorm
-from numpytransformer.linear import Linear
-from numpytransformer.losses import cross_entropy
-from numpytransformer.positional import LearnedPositionalEmbedding, PositionalEncoding
-from numpytransformer.relu import ReLU
+from numpytransformer.nn.modules import FeedForward
+from numpytransformer.nn.modules import LayerNorm
+from numpytransformer.nn.modules import Linear
+from numpytransformer.core.losses import cross_entropy
+from numpytransformer.nn.modules import LearnedPositionalEmbedding, PositionalEncoding
+from numpytransformer.nn.modules import ReLU
 from strategies import bad_bools, bad_ids, bad_ints, bad_reals, float_arrays, non_finite_arrays
 
 PAD, BOS, EOS = 0, 1, 2

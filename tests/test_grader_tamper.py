@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from numpytransformer.exercises.checks import run_check
-from numpytransformer.exercises.fences import build_edition, package_dir
+from course.checks import run_check
+from course.fences import build_edition, package_dir
 
 ROOT = package_dir().parent
 
@@ -33,7 +33,7 @@ WRONG_LAYERNORM = """    dbeta = dout.reshape(-1, D).sum(axis=0)
 def pristine(tmp_path_factory):
     out = tmp_path_factory.mktemp("tamper") / "edition"
     build_edition(out)
-    _implement(out, "numpytransformer/layernorm.py", "Exercise 6.1:", WRONG_LAYERNORM)
+    _implement(out, "numpytransformer/core/layernorm.py", "Exercise 6.1:", WRONG_LAYERNORM)
     return out
 
 
@@ -63,7 +63,7 @@ def _grade(student_dir: Path, exercise_id: str = "6.1", timeout: float = 60.0):
 def _self_check(student_dir: Path, exercise_id: str = "6.1") -> str:
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
-    r = subprocess.run([sys.executable, "-m", "numpytransformer.exercises", "check", exercise_id], cwd=student_dir,
+    r = subprocess.run([sys.executable, "-m", "course", "check", exercise_id], cwd=student_dir,
                        capture_output=True, text=True, env=env, timeout=300)
     return r.stdout
 
@@ -75,9 +75,9 @@ def test_the_wrong_layernorm_fails(student):
 
 def test_rel_error_returning_zero_does_not_pass(student):
     """The issue's trick: the student's gradcheck (and their copy of the grader's measure) say 0."""
-    _append(student, "numpytransformer/gradcheck.py",
+    _append(student, "numpytransformer/core/gradcheck.py",
             "def rel_error(a, b):\n    return 0.0\n\ndef _grad_error(a, b):\n    return 0.0\n")
-    _append(student, "numpytransformer/exercises/trusted.py",
+    _append(student, "course/trusted.py",
             "def rel_error(a, b):\n    return 0.0\n\ndef grad_error(a, b):\n    return 'relative error', 0.0\n")
     result = _grade(student)
     assert result.status == "failed" and "dx" in result.detail, result.line
@@ -95,7 +95,7 @@ def test_a_monkeypatched_numpy_in_the_students_package_does_not_pass(student):
 
 def test_replaced_check_and_helper_functions_in_the_students_package_do_not_pass(student):
     """The student's copy of the grader says "passed" whatever happens; the teacher's copy is used."""
-    _append(student, "numpytransformer/exercises/checks.py",
+    _append(student, "course/checks.py",
             "def run_check(exercise_id, *args, **kwargs):\n"
             "    return Result(exercise_id, 'passed', 'passed (every value exact)')\n"
             "JUDGES = {k: (lambda *a: None) for k in JUDGES}\n")
@@ -127,7 +127,7 @@ _atexit.register(_forge)
 
 
 def test_each_check_has_a_time_limit(student):
-    _implement(student, "numpytransformer/relu.py", "Exercise 1.2:", "    while True:\n        pass\n")
+    _implement(student, "numpytransformer/core/relu.py", "Exercise 1.2:", "    while True:\n        pass\n")
     result = _grade(student, "1.2", timeout=2.0)
     assert result.status == "failed" and "time limit" in result.detail, result.line
 
@@ -136,7 +136,7 @@ def test_the_teachers_command_line_grades_the_students_folder(student, tmp_path)
     results = tmp_path / "results.json"
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
-    r = subprocess.run([sys.executable, "-m", "numpytransformer.exercises", "check", "6", "--student", str(student),
+    r = subprocess.run([sys.executable, "-m", "course", "check", "6", "--student", str(student),
                         "--json", str(results)], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "with the grader in" in r.stdout and "cases drawn with --seed" in r.stdout

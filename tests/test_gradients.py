@@ -1,12 +1,12 @@
 """Finite-difference proofs of every backward pass, from one operation to the whole model.
 
 Each case is a function returning ``{gradient name: error}`` (relative error, or the
-absolute error for a gradient that is zero, see ``numpytransformer.gradcheck``). The
+absolute error for a gradient that is zero, see ``numpytransformer.core.gradcheck``). The
 cases live in dicts keyed by an informative name that doubles as the pytest id, so a
 failure reads ``test_pair_gradients[4.2-attention_forward-causal mask, ...]`` and a script
 can import the dicts to report the largest error of each component. The pairs that an
 exercise grades are checked on the exercises' own cases (``exercises/trusted.py``), so the
-tests and the grader share one set; the tolerances are ``numpytransformer.gradcheck``'s.
+tests and the grader share one set; the tolerances are ``numpytransformer.core.gradcheck``'s.
 
 All checks run in float64 with ``h = 1e-5``.
 """
@@ -18,26 +18,57 @@ import numpy as np
 import pytest
 
 from numpytransformer import Transformer, TransformerClassifier, TransformerConfig, TransformerTagger
-from numpytransformer.attention import attention_backward, attention_forward, causal_mask, padding_mask
-from numpytransformer.dropout import Dropout, dropout_backward, dropout_forward
-from numpytransformer.embedding import (RegionEmbedding, embedding_backward, embedding_forward, neighbour_ids,
-                                        region_embedding_backward, region_embedding_forward)
+from numpytransformer.core.attention import attention_backward, attention_forward, causal_mask, padding_mask
+from numpytransformer.nn.modules import Dropout
+from numpytransformer.core.dropout import dropout_backward, dropout_forward
+from numpytransformer.nn.modules import RegionEmbedding
+from numpytransformer.core.embedding import (
+    embedding_backward,
+    embedding_forward,
+    neighbour_ids,
+    region_embedding_backward,
+    region_embedding_forward,
+)
 from numpytransformer.errors import NumpyTransformerError
-from numpytransformer.feedforward import FeedForward, ffn_backward, ffn_forward
-from numpytransformer.exercises import trusted
-from numpytransformer.gradcheck import (KINK_TOL, SMOOTH_TOL, WHOLE_MODEL_TOL, ZERO_ATOL, check_module, check_pair,
-                                        numerical_gradient, numerical_gradient_entries, rel_error)
-from numpytransformer.layernorm import LayerNorm, layernorm_backward, layernorm_forward
-from numpytransformer.layers import DecoderLayer, EncoderLayer, Residual
-from numpytransformer.linear import Linear, linear_backward, linear_forward
-from numpytransformer.losses import cross_entropy, softmax_cross_entropy_backward, softmax_cross_entropy_forward
-from numpytransformer.models import make_rngs
-from numpytransformer.multihead import (PARAM_NAMES, MultiHeadAttention, multihead_attention_backward,
-                                        multihead_attention_forward)
-from numpytransformer.pooling import (first_token_backward, first_token_forward, mean_pool_backward,
-                                      mean_pool_forward)
-from numpytransformer.positional import positional_backward, positional_forward, sinusoidal_encoding
-from numpytransformer.relu import relu_backward, relu_forward
+from numpytransformer.nn.modules import FeedForward
+from numpytransformer.core.feedforward import ffn_backward, ffn_forward
+from course import trusted
+from numpytransformer.core.gradcheck import (
+    KINK_TOL,
+    SMOOTH_TOL,
+    WHOLE_MODEL_TOL,
+    ZERO_ATOL,
+    check_module,
+    check_pair,
+    numerical_gradient,
+    numerical_gradient_entries,
+    rel_error,
+)
+from numpytransformer.nn.modules import LayerNorm
+from numpytransformer.core.layernorm import layernorm_backward, layernorm_forward
+from numpytransformer.nn.blocks import DecoderLayer, EncoderLayer, Residual
+from numpytransformer.nn.modules import Linear
+from numpytransformer.core.linear import linear_backward, linear_forward
+from numpytransformer.core.losses import (
+    cross_entropy,
+    softmax_cross_entropy_backward,
+    softmax_cross_entropy_forward,
+)
+from numpytransformer.nn.models import make_rngs
+from numpytransformer.core.multihead import (
+    PARAM_NAMES,
+    multihead_attention_backward,
+    multihead_attention_forward,
+)
+from numpytransformer.nn.modules import MultiHeadAttention
+from numpytransformer.core.pooling import (
+    first_token_backward,
+    first_token_forward,
+    mean_pool_backward,
+    mean_pool_forward,
+)
+from numpytransformer.core.positional import positional_backward, positional_forward, sinusoidal_encoding
+from numpytransformer.core.relu import relu_backward, relu_forward
 
 PAD = 0
 
@@ -411,7 +442,7 @@ def test_region_embedding_is_blind_to_padding_and_refused_where_it_cannot_be():
     """A review alone and the same review padded in a batch get the same logits; a model without an
     encoder, or a causal one, refuses a region embedding in one line; a translator's decoder has none
     (it must not read the next target token)."""
-    from numpytransformer.lm import TransformerLM
+    from numpytransformer.nn.gpt import TransformerLM
     translator, _, _ = build_model("transformer", False, region=2)
     assert translator.encoder.embedder.region is not None and translator.decoder.embedder.region is None
     model = TransformerClassifier(tiny_config(region=2, dropout=0.0)).eval()

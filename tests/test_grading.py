@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from numpytransformer.exercises import BY_ID, EXERCISES, checks
-from numpytransformer.exercises.__main__ import main
-from numpytransformer.exercises.fences import build_edition, package_dir, release
-from numpytransformer.exercises.hints import FORMULAS, STUDENT_EDITION
+from course import BY_ID, EXERCISES, checks
+from course.__main__ import main
+from course.fences import build_edition, package_dir, release
+from course.hints import FORMULAS, STUDENT_EDITION
 
 ROOT = package_dir().parent
 IDS = [e.id for e in EXERCISES]
@@ -40,7 +40,7 @@ def _env():
 
 
 def _run(args, cwd, timeout=600):
-    return subprocess.run([sys.executable, "-m", "numpytransformer.exercises", *args], cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "course", *args], cwd=cwd, capture_output=True,
                           text=True, env=_env(), timeout=timeout)
 
 
@@ -52,7 +52,7 @@ def _replace(path: Path, old: str, new: str) -> None:
 
 def _fence_code(exercise_id: str) -> str:
     """The reference code of a (single) fence, as written in the library."""
-    from numpytransformer.exercises.fences import library_fences
+    from course.fences import library_fences
 
     (fence,) = [f for f in library_fences() if f.id == exercise_id]
     return "".join((ROOT / fence.path).read_text(encoding="utf-8").splitlines(keepends=True)[fence.begin:fence.end - 1])
@@ -133,7 +133,7 @@ def test_a_right_decoder_layer_passes_the_cases_of_a_seed_that_puts_a_kink_withi
 
 def test_every_check_names_its_cases():
     """Every exercise is scored by named entries (a tensor or quantity in a case), none lumped together."""
-    from numpytransformer.exercises import reference
+    from course import reference
 
     for e in EXERCISES:
         exp = reference.expected(e.id)
@@ -267,7 +267,7 @@ def test_release_writes_only_the_chosen_solutions_into_the_students_folder(tmp_p
     # The package files of the three, and the lesson cells that hold their solutions (4.2's derivation,
     # 5.1's reshape), so that the lessons run on; nothing else.
     assert changed == ["lessons/04_attention.ipynb", "lessons/05_multihead_attention.ipynb",
-                       "numpytransformer/attention.py", "numpytransformer/multihead.py"], changed
+                       "numpytransformer/core/attention.py", "numpytransformer/core/multihead.py"], changed
     attention = (folder / "numpytransformer" / "attention.py").read_text()
     assert "my attempt at 4.1" not in attention and "BEGIN SOLUTION" not in attention
     assert "Exercise 4.2:" not in attention
@@ -359,7 +359,7 @@ def test_the_gradescope_zip_grades_a_submission_as_gradescope_runs_it(tmp_path, 
         modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
     assert "setup.sh" in names and "run_autograder" in names
     assert modes["run_autograder"] & stat.S_IXUSR and modes["setup.sh"] & stat.S_IXUSR
-    assert "numpytransformer/exercises/checks.py" in names and "student_base/numpytransformer/linear.py" in names
+    assert "course/checks.py" in names and "student_base/numpytransformer/core/linear.py" in names
     # setup.sh installs NumPy with pip (not run here); it must at least be valid bash.
     root = _gradescope_root(tmp_path / "flat", zip_path)
     assert subprocess.run(["bash", "-n", str(root / "source" / "setup.sh")]).returncode == 0
@@ -379,7 +379,7 @@ def test_the_gradescope_zip_grades_a_submission_as_gradescope_runs_it(tmp_path, 
     assert scores["1.2"][0] == 0 and "1.2 relu_backward ... FAILED: dx" in doc["output"]
     assert all(scores[i][0] == 0 for i in IDS if i != "1.1")
     assert doc["score"] == pytest.approx(5, abs=0.01)
-    assert "linear.py -> numpytransformer/linear.py" in doc["output"] and "notes.txt" in doc["output"]
+    assert "linear.py -> numpytransformer/core/linear.py" in doc["output"] and "notes.txt" in doc["output"]
 
     # 2. The whole folder, as a zip: every exercise but 1.1's dW cases.
     root = _gradescope_root(tmp_path / "whole", zip_path)
@@ -393,7 +393,7 @@ def test_the_gradescope_zip_grades_a_submission_as_gradescope_runs_it(tmp_path, 
 def test_a_flat_file_whose_name_two_library_files_share_goes_to_the_exercises(tmp_path):
     """lm.py is exercise 12.3's file and a task's (tasks/lm.py): uploaded alone, it is the exercise's. A name
     that no exercise settles (reverse.py) is ignored, with a note."""
-    from numpytransformer.exercises.gradescope import find_student_folder
+    from course.gradescope import find_student_folder
 
     base = tmp_path / "base"
     for rel in ("__init__.py", "lm.py", "tasks/lm.py", "tasks/reverse.py", "datasets/reverse.py"):
@@ -405,14 +405,14 @@ def test_a_flat_file_whose_name_two_library_files_share_goes_to_the_exercises(tm
     folder, notes = find_student_folder(tmp_path / "submission", tmp_path / "work", base)
     assert (folder / BY_ID["12.3"].file).read_text() == "# mine\n"
     assert (folder / "numpytransformer" / "tasks" / "lm.py").read_text() == "# the edition's\n"
-    assert "lm.py -> numpytransformer/lm.py" in notes[0]
+    assert "lm.py -> numpytransformer/nn/gpt.py" in notes[0]
     assert "reverse.py (more than one file has this name" in notes[-1]
 
 
 def test_a_grader_that_trips_still_writes_results_json(tmp_path, monkeypatch):
     """Run outside its zip (no student_base/), the autograder cannot lay flat files onto the edition:
     results.json says so, with no score, rather than leaving Gradescope without a file."""
-    from numpytransformer.exercises.gradescope import autograde
+    from course.gradescope import autograde
 
     (tmp_path / "submission").mkdir()
     (tmp_path / "submission" / "linear.py").write_text("x = 1\n")
@@ -432,10 +432,10 @@ def test_outputs_a_judge_trips_over_are_a_failure_not_a_crash(monkeypatch):
 
 
 def test_gradescope_upload_instructions_are_written_down():
-    from numpytransformer.exercises.gradescope import UPLOAD
+    from course.gradescope import UPLOAD
 
     guide = (ROOT / "lessons" / "GRADESCOPE.md").read_text(encoding="utf-8")
-    assert UPLOAD in " ".join(guide.split()) and "python -m numpytransformer.exercises gradescope" in guide
+    assert UPLOAD in " ".join(guide.split()) and "python -m course gradescope" in guide
 
 
 # ---- the builder's bad paths ------------------------------------------------------------------

@@ -14,17 +14,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from numpytransformer.config import TransformerConfig
+from numpytransformer.nn.config import TransformerConfig
 from numpytransformer.datasets.shakespeare import BPETokenizer, CharTokenizer, chunks, split_text
 from numpytransformer.datasets.tinygrammar import SPEAKERS, grammar_corpus
 from numpytransformer.errors import NumpyTransformerError
-from numpytransformer.gradcheck import SMOOTH_TOL, WHOLE_MODEL_TOL, check_module, check_pair, rel_error
-from numpytransformer.lm import TransformerLM, prefix_mask
-from numpytransformer.losses import cross_entropy
-from numpytransformer.optim import Adam, NoamSchedule, clip_grad_norm
-from numpytransformer.positional import learned_positional_backward, learned_positional_forward
-from numpytransformer.sampling import generate, next_token_probs, sample_from, top_k_filter, top_p_filter
-from numpytransformer.settings import ModelSettings
+from numpytransformer.core.gradcheck import SMOOTH_TOL, WHOLE_MODEL_TOL, check_module, check_pair, rel_error
+from numpytransformer.nn.gpt import TransformerLM, prefix_mask
+from numpytransformer.core.losses import cross_entropy
+from numpytransformer.training.optim import Adam, NoamSchedule, clip_grad_norm
+from numpytransformer.core.positional import learned_positional_backward, learned_positional_forward
+from numpytransformer.nn.sampling import generate, next_token_probs, sample_from, top_k_filter, top_p_filter
+from numpytransformer.training.settings import ModelSettings
 from numpytransformer.tasks.base import task_class, task_from_dict
 from numpytransformer.tasks.lm import LanguageModelTask, LMData
 
@@ -397,7 +397,7 @@ def test_split_is_first_ninety_percent():
 
 def test_exact_resume_through_the_trainer(tmp_path):
     """Two epochs in one go equal one epoch, then --resume for the second (dropout on)."""
-    from numpytransformer.trainer import TrainConfig, Trainer
+    from numpytransformer.training.trainer import TrainConfig, Trainer
 
     def run(out, epochs, resume=False):
         task = embedded_task("char")
@@ -507,7 +507,7 @@ def test_the_perplexity_of_a_loss_beyond_the_largest_exponent_is_infinite():
 
 
 def test_a_diverging_run_stops_with_the_trainers_one_line_message(tmp_path, capsys, monkeypatch):
-    import numpytransformer.trainer as trainer_module
+    import numpytransformer.training.trainer as trainer_module
 
     monkeypatch.setattr(trainer_module, "plot_history", lambda *a, **kw: None)
     code, _, err = _cli(DIVERGING + ["--epochs", "4", "--lr-factor", "100", "--warmup", "1", "--out",
@@ -517,8 +517,8 @@ def test_a_diverging_run_stops_with_the_trainers_one_line_message(tmp_path, caps
 
 
 def test_eval_of_huge_finite_weights_reports_an_infinite_perplexity(tmp_path, capsys, monkeypatch):
-    import numpytransformer.trainer as trainer_module
-    from numpytransformer.checkpoint import read_checkpoint_meta, save_checkpoint
+    import numpytransformer.training.trainer as trainer_module
+    from numpytransformer.training.checkpoint import read_checkpoint_meta, save_checkpoint
     from numpytransformer.cli import load_for_inference
 
     monkeypatch.setattr(trainer_module, "plot_history", lambda *a, **kw: None)
@@ -563,7 +563,7 @@ def test_a_damaged_tokenizer_state_is_refused_naming_the_field(tokenization, dam
 def test_lm_loss_is_the_loss_the_language_model_trains_on():
     """lm_loss_forward on ids (B, T+1) is cross_entropy of the logits against the shifted ids (the task's
     batch_arrays), and its backward is that gradient; finite differences agree in float64."""
-    from numpytransformer.lm import lm_loss_backward, lm_loss_forward
+    from numpytransformer.nn.gpt import lm_loss_backward, lm_loss_forward
 
     cfg = TransformerConfig(src_vocab_size=7, d_model=8, n_heads=2, n_layers=1, d_ff=16, max_len=6, dropout=0.0,
                             norm_first=True, dtype="float64")
@@ -583,7 +583,7 @@ def test_lm_loss_is_the_loss_the_language_model_trains_on():
 def test_lm_loss_keeps_the_logits_dtype(dloss):
     """A float32 model gets float32 dlogits (its backward would otherwise run in float64), equal to
     the float64 computation to float32's precision; a loss of large logits stays finite."""
-    from numpytransformer.lm import lm_loss_backward, lm_loss_forward
+    from numpytransformer.nn.gpt import lm_loss_backward, lm_loss_forward
 
     rng = np.random.default_rng(5)
     z = rng.standard_normal((2, 3, 7)) * 30
@@ -605,7 +605,7 @@ def test_lm_loss_keeps_the_logits_dtype(dloss):
     ((6, 5), np.zeros((2, 4), dtype=np.int64), "logits"),         # not (B, T, V)
 ])
 def test_lm_loss_refuses_bad_input_naming_it(logits_shape, ids, name):
-    from numpytransformer.lm import lm_loss_forward
+    from numpytransformer.nn.gpt import lm_loss_forward
 
     with pytest.raises(NumpyTransformerError, match=f"^{name} must") as info:
         lm_loss_forward(np.zeros(logits_shape), ids)

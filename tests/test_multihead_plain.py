@@ -2,10 +2,15 @@
 import numpy as np
 import pytest
 
-from numpytransformer.attention import causal_mask, padding_mask
-from numpytransformer.gradcheck import KINK_TOL, SMOOTH_TOL, check_pair
-from numpytransformer.multihead import (PARAM_NAMES, multihead_attention_backward, multihead_attention_forward,
-                                        plain_multihead_attention_backward, plain_multihead_attention_forward)
+from numpytransformer.core.attention import causal_mask, padding_mask
+from numpytransformer.core.gradcheck import KINK_TOL, SMOOTH_TOL, check_pair
+from numpytransformer.core.multihead import (
+    PARAM_NAMES,
+    multihead_attention_backward,
+    multihead_attention_forward,
+    plain_multihead_attention_backward,
+    plain_multihead_attention_forward,
+)
 
 AGREE_TOL = 1e-12  # fused vs plain: the same arithmetic in another order, float64 rounding only
 

@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from numpytransformer.parallel import SingleProcess, launched_ranks, world
-from numpytransformer.settings import ModelSettings
+from numpytransformer.training.parallel import SingleProcess, launched_ranks, world
+from numpytransformer.training.settings import ModelSettings
 from numpytransformer.tasks.reverse import ReversalTask, ReverseData
 from numpytransformer.tasks.sort import SortTask
 from numpytransformer.tasks.translate import TranslateData, TranslationTask
-from numpytransformer.trainer import without_timing
+from numpytransformer.training.trainer import without_timing
 
 ROOT = Path(__file__).resolve().parents[1]
 MPIEXEC = shutil.which("mpiexec") or shutil.which("mpiexec", path=os.path.dirname(sys.executable))  # the wheel's
@@ -101,7 +101,7 @@ def test_one_process_needs_no_mpi():
     """Without mpiexec the world is one process, and training never imports mpi4py."""
     assert launched_ranks() == 1 and isinstance(world(), SingleProcess)
     script = ("import sys; from numpytransformer.cli import main; "
-              "sys.argv[0] = 'x'; from numpytransformer.parallel import world; world(); "
+              "sys.argv[0] = 'x'; from numpytransformer.training.parallel import world; world(); "
               "assert 'mpi4py' not in sys.modules, 'mpi4py imported'; print('ok')")
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=_env())
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
@@ -146,10 +146,10 @@ def test_target_counts_from_lengths_equal_the_padded_counts(make):
 EQUALITY_SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np
-    from numpytransformer.parallel import SingleProcess, world
-    from numpytransformer.settings import ModelSettings
+    from numpytransformer.training.parallel import SingleProcess, world
+    from numpytransformer.training.settings import ModelSettings
     from numpytransformer.tasks.reverse import ReversalTask, ReverseData
-    from numpytransformer.trainer import TrainConfig, Trainer
+    from numpytransformer.training.trainer import TrainConfig, Trainer
 
     out = sys.argv[1]
     task = ReversalTask(ReverseData(n_symbols=8, max_len=6, n_train=161, n_val=20, n_test=20, batch_size=32),
@@ -235,8 +235,8 @@ DRAWS_SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np
     from numpytransformer import cli
-    from numpytransformer.parallel import launched_rank
-    from numpytransformer.trainer import Trainer
+    from numpytransformer.training.parallel import launched_rank
+    from numpytransformer.training.trainer import Trainer
 
     draws, step = {}, Trainer.train_step
 
@@ -277,7 +277,7 @@ FAIL_SCRIPT = textwrap.dedent("""
     import sys
     from numpytransformer import cli
     from numpytransformer.errors import NumpyTransformerError
-    from numpytransformer.parallel import world
+    from numpytransformer.training.parallel import world
     from numpytransformer.tasks.reverse import ReversalTask
 
     how = sys.argv[1]

@@ -22,21 +22,21 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from numpytransformer.attention import causal_mask, padding_mask  # noqa: E402
-from numpytransformer.gradcheck import rel_error  # noqa: E402
-from numpytransformer.layernorm import LayerNorm  # noqa: E402
-from numpytransformer.layers import DecoderLayer, EncoderLayer  # noqa: E402
-from numpytransformer.losses import (  # noqa: E402
+from numpytransformer.core.attention import causal_mask, padding_mask  # noqa: E402
+from numpytransformer.core.gradcheck import rel_error  # noqa: E402
+from numpytransformer.nn.modules import LayerNorm  # noqa: E402
+from numpytransformer.nn.blocks import DecoderLayer, EncoderLayer  # noqa: E402
+from numpytransformer.core.losses import (
     cross_entropy,
     softmax_cross_entropy_backward,
     softmax_cross_entropy_forward,
 )
-from numpytransformer.multihead import (  # noqa: E402
+from numpytransformer.core.multihead import (
     PARAM_NAMES,
-    MultiHeadAttention,
     multihead_attention_backward,
     multihead_attention_forward,
 )
+from numpytransformer.nn.modules import MultiHeadAttention
 
 TOL = 1e-10
 

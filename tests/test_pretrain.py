@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from numpytransformer import TransformerClassifier, TransformerConfig
-from numpytransformer.attention import causal_mask
+from numpytransformer.core.attention import causal_mask
 from numpytransformer.errors import NumpyTransformerError
-from numpytransformer.lm import TransformerLM
-from numpytransformer.models import Transformer, TransformerTagger
+from numpytransformer.nn.gpt import TransformerLM
+from numpytransformer.nn.models import Transformer, TransformerTagger
 from numpytransformer.pretrain import id_stream, lm_into_classifier, lm_loss_of_stream, pretrain_lm
 
 V, T = 11, 7

@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 
 from numpytransformer import (Adam, NoamSchedule, Transformer, TransformerClassifier, TransformerConfig,
                               TransformerTagger, clip_grad_norm)
-from numpytransformer.attention import attention_forward
-from numpytransformer.layernorm import layernorm_forward
-from numpytransformer.losses import cross_entropy
-from numpytransformer.optim import global_norm
+from numpytransformer.core.attention import attention_forward
+from numpytransformer.core.layernorm import layernorm_forward
+from numpytransformer.core.losses import cross_entropy
+from numpytransformer.training.optim import global_norm
 from strategies import PAD_ID, attention_masks, float_arrays, id_arrays, model_dims
 
 FAST = settings(max_examples=25, deadline=None)

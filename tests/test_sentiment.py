@@ -15,18 +15,18 @@ import numpy as np
 import pytest
 
 import numpytransformer.tasks.sentiment as sentiment_module
-import numpytransformer.trainer as trainer_module
+import numpytransformer.training.trainer as trainer_module
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from baseline_bow import evaluate, train_bow_logreg  # noqa: E402  (a benchmark, not the library)
-from numpytransformer.checkpoint import load_checkpoint
+from numpytransformer.training.checkpoint import load_checkpoint
 from numpytransformer.cli import load_for_inference, main
 from numpytransformer.datasets.imdb import load_imdb, sample_stratified, truncate_ids
 from numpytransformer.errors import NumpyTransformerError
 from numpytransformer.pretrain import id_stream
-from numpytransformer.settings import ModelSettings
+from numpytransformer.training.settings import ModelSettings
 from numpytransformer.tasks.base import task_from_dict
 from numpytransformer.tasks.sentiment import UNK, SentimentData, SentimentTask
-from numpytransformer.trainer import TrainConfig, Trainer, without_timing
+from numpytransformer.training.trainer import TrainConfig, Trainer, without_timing
 
 POS = ["great", "wonderful", "superb", "delight", "loved", "brilliant"]
 NEG = ["awful", "boring", "terrible", "waste", "hated", "dull"]

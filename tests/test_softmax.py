@@ -1,11 +1,11 @@
-"""The one softmax / log_softmax (numpytransformer/softmax.py) and the names that re-export it.
+"""The one softmax / log_softmax (numpytransformer/core/softmax.py) and the names that re-export it.
 
 Its fast form (fast.softmax, written into an array of the caller's) is checked in test_fast.py.
 """
 import numpy as np
 import pytest
 
-from numpytransformer.softmax import log_softmax, softmax
+from numpytransformer.core.softmax import log_softmax, softmax
 
 
 def _naive_softmax(x, axis):
@@ -40,7 +40,7 @@ def test_dtype_preserved(dtype):
 
 
 def test_old_import_paths_are_the_same_functions():
-    from numpytransformer.attention import softmax as attention_softmax
-    from numpytransformer.decoding import log_softmax as decoding_log_softmax
+    from numpytransformer.core.attention import softmax as attention_softmax
+    from numpytransformer.nn.decoding import log_softmax as decoding_log_softmax
 
     assert attention_softmax is softmax and decoding_log_softmax is log_softmax

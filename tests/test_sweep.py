@@ -4,13 +4,13 @@ import json
 
 import pytest
 
-import numpytransformer.trainer as trainer_module
+import numpytransformer.training.trainer as trainer_module
 from numpytransformer.cli import main
 from numpytransformer.errors import NumpyTransformerError
-from numpytransformer.settings import ModelSettings
+from numpytransformer.training.settings import ModelSettings
 from numpytransformer.sweep import default_sweep_train, factor_effects, run_sweep, sweep_settings, write_report
 from numpytransformer.tasks.reverse import ReverseData
-from numpytransformer.trainer import TrainConfig
+from numpytransformer.training.trainer import TrainConfig
 
 DATA = ReverseData(n_train=64, n_val=16, n_test=16, max_len=6, n_symbols=6, batch_size=32)
 MODEL = ModelSettings(d_model=16, n_heads=2, n_layers=2, d_ff=32)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from numpytransformer.errors import NumpyTransformerError
-from numpytransformer.settings import ModelSettings
+from numpytransformer.training.settings import ModelSettings
 from numpytransformer.tasks.translate import BOS, PAD, UNK, TranslateData, TranslationTask
 
 
@@ -20,7 +20,7 @@ def test_translate_attention_on_an_output_that_runs_to_max_len():
 
 def test_translation_records_what_data_it_read():
     """A digest of the training and validation pairs, so that --resume refuses other data."""
-    from numpytransformer.settings import ModelSettings
+    from numpytransformer.training.settings import ModelSettings
     from numpytransformer.tasks.translate import TranslateData, TranslationTask
 
     small = ModelSettings(d_model=16, n_heads=2, n_layers=1, d_ff=32)

@@ -14,12 +14,17 @@ import numpy as np
 import pytest
 
 import numpytransformer
-import numpytransformer.trainer as trainer_module
-from numpytransformer.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_meta, save_checkpoint
+import numpytransformer.training.trainer as trainer_module
+from numpytransformer.training.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    read_checkpoint_meta,
+    save_checkpoint,
+)
 from numpytransformer.errors import NumpyTransformerError
-from numpytransformer.settings import ModelSettings
+from numpytransformer.training.settings import ModelSettings
 from numpytransformer.tasks.reverse import ReversalTask, ReverseData
-from numpytransformer.trainer import TrainConfig, Trainer, without_timing
+from numpytransformer.training.trainer import TrainConfig, Trainer, without_timing
 
 DATA_FIELDS = {f.name for f in dataclasses.fields(ReverseData)}
 REAL_PLOT = trainer_module.plot_history
@@ -425,7 +430,7 @@ def test_a_save_killed_mid_write_keeps_the_previous_checkpoint_and_its_leftover_
     may be writing), and the next save removes the leftover."""
     import tempfile
 
-    import numpytransformer.checkpoint as ckmod
+    import numpytransformer.training.checkpoint as ckmod
 
     trainer, out = run
     real_write, calls = ckmod.atomic_write, []
@@ -488,9 +493,9 @@ def test_a_sigkill_during_a_save_keeps_the_previous_checkpoint(run, tmp_path):
         import os, signal, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_training import _task, _cfg, _quiet
-        from numpytransformer.checkpoint import load_checkpoint, save_checkpoint
-        from numpytransformer.optim import Adam, NoamSchedule
-        import numpytransformer.checkpoint as ckmod
+        from numpytransformer.training.checkpoint import load_checkpoint, save_checkpoint
+        from numpytransformer.training.optim import Adam, NoamSchedule
+        import numpytransformer.training.checkpoint as ckmod
         task = _task(); model = task.build_model()
         opt = Adam(model.parameters(), lr=NoamSchedule(16, 20, 1.0))
         meta = load_checkpoint({str(ck)!r}, model, opt)

@@ -18,8 +18,8 @@ from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import NumpyTransformerError
-from ..losses import cross_entropy
-from ..settings import ModelSettings
+from ..core.losses import cross_entropy
+from ..training.settings import ModelSettings
 
 __all__ = ["Task", "TASKS", "task_class", "task_from_dict"]
 
@@ -28,7 +28,7 @@ class Task(ABC):
     """A task: data settings, model settings, and what to do with them.
 
     Subclasses set the class attributes and implement the abstract methods. ``data`` is an
-    instance of :attr:`Data`, ``model`` a :class:`~numpytransformer.settings.ModelSettings`;
+    instance of :attr:`Data`, ``model`` a :class:`~numpytransformer.training.settings.ModelSettings`;
     ``state`` is what was learned from the data before training (a vocabulary) and is saved
     in every checkpoint, so that a checkpoint runs without the data.
     """
@@ -77,7 +77,7 @@ class Task(ABC):
 
     def data_summary(self) -> dict:
         """What identifies the data read (counts, a digest): ``--resume`` refuses other data.
-        A :class:`~numpytransformer.trainer.Trainer` calls it once, when it is built."""
+        A :class:`~numpytransformer.training.trainer.Trainer` calls it once, when it is built."""
         return {}
 
     def to_dict(self) -> dict:

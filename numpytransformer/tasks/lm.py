@@ -17,15 +17,21 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..config import TransformerConfig
+from ..nn.config import TransformerConfig
 from ..datasets.batching import next_token_windows, random_windows
-from ..datasets.shakespeare import (BPETokenizer, CharTokenizer, load_corpus, split_text, text_digest,
-                                    tokenizer_from_dict)
+from ..datasets.shakespeare import (
+    BPETokenizer,
+    CharTokenizer,
+    load_corpus,
+    split_text,
+    text_digest,
+    tokenizer_from_dict,
+)
 from ..errors import NumpyTransformerError
-from ..lm import TransformerLM, next_token_nats
-from ..sampling import generate
-from ..settings import ModelSettings, check_fields, option
-from ..trainer import TrainConfig
+from ..nn.gpt import TransformerLM, next_token_nats
+from ..nn.sampling import generate
+from ..training.settings import ModelSettings, check_fields, option
+from ..training.trainer import TrainConfig
 from .base import Task
 
 __all__ = ["LMData", "LanguageModelTask"]
@@ -181,7 +187,7 @@ class LanguageModelTask(Task):
 
     def generate(self, model, prompt: str, tokens: int, temperature: float = 1.0, top_k: Optional[int] = None,
                  top_p: Optional[float] = None, seed: int = 0) -> str:
-        """The prompt followed by ``tokens`` sampled tokens, as text (see :func:`~numpytransformer.sampling.generate`)."""
+        """The prompt followed by ``tokens`` sampled tokens, as text (see :func:`~numpytransformer.nn.sampling.generate`)."""
         ids = generate(model, self.encode_prompt(prompt), tokens, temperature, top_k, top_p, seed)
         return prompt + self.tokenizer.decode(ids)
 

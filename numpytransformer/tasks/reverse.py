@@ -16,15 +16,15 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-from ..config import TransformerConfig
+from ..nn.config import TransformerConfig
 from ..datasets.batching import pad_batch, teacher_forcing
 from ..datasets.reverse import SymbolSequences, fresh_sequences, short_lengths, training_splits
-from ..decoding import beam_search, greedy_decode
+from ..nn.decoding import beam_search, greedy_decode
 from ..errors import NumpyTransformerError
-from ..metrics import sequence_metrics
-from ..models import Transformer, TransformerTagger
-from ..settings import ModelSettings, check_fields, option
-from ..trainer import TrainConfig
+from .metrics import sequence_metrics
+from ..nn.models import Transformer, TransformerTagger
+from ..training.settings import ModelSettings, check_fields, option
+from ..training.trainer import TrainConfig
 from .base import Task
 
 __all__ = ["ReverseData", "ReversalTask"]

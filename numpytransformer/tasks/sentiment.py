@@ -3,7 +3,7 @@
 A review is cleaned (``<br />`` tags, HTML entities), tokenized (lower-cased words, or
 BPE units), mapped to ids with a vocabulary of the training split, and cut to
 ``max_tokens``; reviews of similar length are batched under a token budget, and
-:class:`~numpytransformer.models.TransformerClassifier` (encoder, pooling, one linear
+:class:`~numpytransformer.nn.models.TransformerClassifier` (encoder, pooling, one linear
 layer to two logits) learns the cross-entropy of the label.
 
 The 25,000 training reviews give the training and validation sets (``val_fraction``,
@@ -25,17 +25,17 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..config import REGION_MAX, SIZE_LIMITS, TransformerConfig
+from ..nn.config import REGION_MAX, SIZE_LIMITS, TransformerConfig
 from ..datasets.batching import length_batches, pad_or_unk
 from ..datasets.imdb import clean_review, imdb_test, reviews_digest, train_val_texts, truncate_ids
 from ..errors import NumpyTransformerError
-from ..lm import TransformerLM
-from ..models import TransformerClassifier
+from ..nn.gpt import TransformerLM
+from ..nn.models import TransformerClassifier
 from ..pretrain import id_stream, lm_into_classifier, lm_loss_of_stream, pretrain_lm
-from ..settings import ModelSettings, check_fields, option
-from ..softmax import softmax
+from ..training.settings import ModelSettings, check_fields, option
+from ..core.softmax import softmax
 from ..text import Tokenizer, Vocab
-from ..trainer import TrainConfig
+from ..training.trainer import TrainConfig
 from .base import Task
 
 __all__ = ["SentimentData", "SentimentTask", "LABELS"]

@@ -19,23 +19,23 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..bleu import bleu_tokens, corpus_bleu
-from ..config import REGION_MAX, TransformerConfig
+from ..text.bleu import bleu_tokens, corpus_bleu
+from ..nn.config import REGION_MAX, TransformerConfig
 from ..datasets.batching import bucket_batches, length_batches, pad_batch, pad_or_unk, teacher_forcing
 from ..datasets.multi30k import load_multi30k
 from ..datasets.numbers import make_number_pairs
-from ..decoding import beam_search, greedy_decode
+from ..nn.decoding import beam_search, greedy_decode
 from ..errors import NumpyTransformerError
-from ..models import Transformer
-from ..settings import ModelSettings, check_fields, flag_of, option
+from ..nn.models import Transformer
+from ..training.settings import ModelSettings, check_fields, flag_of, option
 from ..text import Tokenizer, Vocab, word_tokenize
-from ..trainer import TrainConfig
+from ..training.trainer import TrainConfig
 from .base import Task
 
 __all__ = ["TranslateData", "TranslationTask"]
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
-#: sacreBLEU's signature of measure (a); numpytransformer.bleu computes it (tests compare with sacrebleu).
+#: sacreBLEU's signature of measure (a); numpytransformer.text.bleu computes it (tests compare with sacrebleu).
 SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp"
 
 

@@ -1,0 +1,1 @@
+"""The pure forward/backward pairs, one component a file, and their fast forms (fast.py)."""

@@ -1,0 +1,176 @@
+"""Softmax cross-entropy with label smoothing, padding ignored, and its fused gradient.
+
+Derived in lesson 2 (Softmax and cross-entropy), §2-5.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Tuple
+
+import numpy as np
+
+from ..errors import NumpyTransformerError
+from ..nn.module import fast_or_textbook
+from .softmax import log_softmax
+from ..validation import as_array, check_int, check_real
+
+__all__ = ["softmax_cross_entropy_forward", "softmax_cross_entropy_backward", "cross_entropy"]
+
+
+class CrossEntropyCache(NamedTuple):
+    probs: np.ndarray  # softmax of the logits, (N, V)
+    targets: np.ndarray  # (N,)
+    valid: np.ndarray  # (N,) bool, False at pad targets
+    n_valid: int
+    label_smoothing: float
+    shape: tuple  # the logits' shape
+
+
+def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, pad_id: Optional[int] = None,
+                                  label_smoothing: float = 0.0):
+    """Mean cross-entropy between ``softmax(logits)`` and label-smoothed targets.
+
+    The smoothed target distribution over the V classes is
+
+    .. math:: q_v = (1 - \\epsilon)\\,[v = y] + \\epsilon / V
+
+    (the uniform part covers every class, the true one included), and the loss is
+
+    .. math:: L = \\frac{1}{N}\\sum_{n:\\,y_n \\ne \\text{pad}} -\\sum_v q_v \\log p_{n,v}
+              = \\frac{1}{N}\\sum_{n:\\,y_n \\ne \\text{pad}} \\Big[(1-\\epsilon)(-\\log p_{n,y_n}) + \\epsilon\\,\\overline{(-\\log p_{n,\\cdot})}\\Big]
+
+    averaged over the N non-pad targets. This is exactly PyTorch's
+    ``F.cross_entropy(logits, y, ignore_index=pad_id, label_smoothing=eps)``. The
+    paper's recipe as in the Annotated Transformer differs slightly: it puts
+    :math:`\\epsilon` on the V-2 classes other than the true one and the pad.
+    Derived in lesson 2 (Softmax and cross-entropy), §2 and §5.
+
+    Parameters
+    ----------
+    logits : float ndarray, shape (..., V)
+        Finite, except that ``-inf`` may mark a class that is impossible (a masked
+        vocabulary entry): its probability is 0 and its gradient 0, as in PyTorch. The
+        pair assumes no NaN or ``+inf``, no ``-inf`` at a non-pad target, and no ``-inf``
+        in a non-pad row when ``label_smoothing > 0`` (each makes the loss infinite or
+        NaN); :func:`cross_entropy` checks all of this.
+    targets : int ndarray, shape (...)
+        Assumed in ``[0, V)``.
+    pad_id : int or None
+        Targets equal to it contribute nothing. If every target is pad the loss is
+        0 and the gradient is 0 (PyTorch would give NaN).
+    label_smoothing : float in [0, 1)
+
+    Returns
+    -------
+    loss : float
+    cache : CrossEntropyCache
+    """
+    V = logits.shape[-1]
+    z = logits.reshape(-1, V)  # (N, V)
+    t = np.asarray(targets).reshape(-1)  # (N,)
+    valid = np.ones(t.shape, dtype=bool) if pad_id is None else t != pad_id
+    n_valid = int(valid.sum())
+    eps = label_smoothing
+
+    logp = log_softmax(z, axis=1)  # (N, V)
+    nll = -logp[np.arange(len(t)), t]  # (N,), -log p_y
+    if eps:
+        rows = (1.0 - eps) * nll - eps * logp.mean(axis=1)  # the smoothing term: -mean_v log p_v
+    else:
+        rows = nll  # not 0 * (-mean log p): a -inf logit makes that mean -inf, and 0 * inf is NaN
+    loss = float(rows[valid].sum(dtype=np.float64) / n_valid) if n_valid else 0.0
+    probs = np.exp(logp)
+    return loss, CrossEntropyCache(probs, t, valid, n_valid, eps, logits.shape)
+
+
+def softmax_cross_entropy_backward(dloss: float, cache: CrossEntropyCache) -> np.ndarray:
+    """The fused gradient of softmax followed by cross-entropy, ``dloss * dL/dlogits``.
+
+    .. solution-only::
+
+        It is ``(p - q) / N``: for one row, :math:`\\partial L / \\partial z_v = p_v - q_v` because
+        :math:`\\partial(-\\log p_y)/\\partial z_v = p_v - [v=y]` and :math:`\\sum_v q_v = 1`.
+
+    Pad rows get zero. Derived in lesson 2 (Softmax and cross-entropy), §4-5.
+
+    Returns
+    -------
+    dlogits : ndarray, shaped like the logits
+    """
+    probs, t, valid, n_valid, eps, shape = cache
+    d = probs.copy()  # (N, V), the softmax; a copy, so that the cache stays as it was
+    ### BEGIN SOLUTION 2.1: turn d (the softmax) into dloss * dL/dlogits, zero in pad rows
+    N, V = d.shape
+    dt = d.dtype.type
+    is_target = np.arange(V) == t[:, None]  # (N, V)
+    q = np.where(is_target, dt(1.0 - eps + eps / V), dt(eps / V))  # the smoothed targets
+    weight = valid * (dloss / max(n_valid, 1))  # (N,): 1/N in real rows, 0 in pad rows
+    d = (d - q) * weight.astype(d.dtype)[:, None]
+    ### END SOLUTION
+    return d.reshape(shape)
+
+
+def cross_entropy(logits: np.ndarray, targets: np.ndarray, pad_id: Optional[int] = None,
+                  label_smoothing: float = 0.0) -> Tuple[float, np.ndarray]:
+    """Loss and gradient in one call: ``loss, dlogits = cross_entropy(logits, y, pad_id=0)``.
+
+    See :func:`softmax_cross_entropy_forward` for the definition. This is the public
+    entry point, so it checks its arguments (the pair does not) and raises
+    :class:`~numpytransformer.errors.NumpyTransformerError` naming the bad one:
+    ``logits`` a float ndarray (..., V) without NaN or ``+inf``; ``targets`` integers of
+    shape (...) in ``[0, V)``; ``pad_id`` None or a class id; ``label_smoothing`` a
+    number in [0, 1).
+
+    A ``-inf`` logit is a class ruled out, and is allowed where the loss stays finite.
+    Where it is not, PyTorch's ``F.cross_entropy`` returns ``inf`` (a ``-inf`` logit at
+    a target, or anywhere in a row when ``label_smoothing > 0``, since smoothing gives
+    every class some probability) or NaN (a row of only ``-inf``); this function raises
+    instead, so that an infinite loss cannot pass for a diverged model.
+    """
+    logits, targets, pad_id, label_smoothing = _check_cross_entropy_args(logits, targets, pad_id, label_smoothing)
+    loss, cache = fast_or_textbook(softmax_cross_entropy_forward)(logits, targets, pad_id, label_smoothing)
+    return loss, fast_or_textbook(softmax_cross_entropy_backward)(1.0, cache)
+
+
+def _check_cross_entropy_args(logits, targets, pad_id, label_smoothing):
+    """The checks of :func:`cross_entropy`, in one place; returns the arguments cleaned."""
+    if not isinstance(logits, np.ndarray) or logits.dtype.kind != "f":
+        what = f"dtype {logits.dtype}" if isinstance(logits, np.ndarray) else type(logits).__name__
+        raise NumpyTransformerError(f"logits must be a float ndarray of shape (..., V), got {what}")
+    if logits.ndim == 0 or logits.shape[-1] == 0:
+        raise NumpyTransformerError(f"logits must have a last axis of V >= 1 classes, got shape {logits.shape}")
+    V = logits.shape[-1]
+    label_smoothing = check_real(label_smoothing, "label_smoothing", 0.0, 1.0, high_open=True)
+    if pad_id is not None:
+        pad_id = check_int(pad_id, "pad_id", 0, V - 1)
+    targets = as_array(targets, "targets")
+    if targets.dtype.kind not in "iu":
+        raise NumpyTransformerError(f"targets must be integer class ids, got dtype {targets.dtype}")
+    if targets.shape != logits.shape[:-1]:
+        raise NumpyTransformerError(f"targets must have shape {logits.shape[:-1]} to match logits {logits.shape}, "
+                                    f"got {targets.shape}")
+    if not logits.size:
+        return logits, targets, pad_id, label_smoothing
+    if targets.min() < 0 or targets.max() >= V:
+        raise NumpyTransformerError(f"targets must lie in [0, {V}), got values in [{targets.min()}, {targets.max()}]")
+    # Two reductions, no temporary array: max is NaN if any element is, +inf if any is.
+    if not logits.max() < np.inf:
+        kind = "NaN" if np.isnan(logits).any() else "+inf"
+        raise NumpyTransformerError(f"logits hold {kind}: expected finite numbers (or -inf for a class ruled out)")
+    if logits.min() == -np.inf:
+        z = logits.reshape(-1, V)
+        t = targets.reshape(-1)
+        real = np.ones(t.shape, bool) if pad_id is None else t != pad_id
+        ruled_out = z == -np.inf
+        if ruled_out.all(axis=1).any():
+            row = int(np.argmax(ruled_out.all(axis=1)))
+            raise NumpyTransformerError(f"logits row {row} (flattened) is -inf at every class: its softmax is undefined")
+        at_target = real & ruled_out[np.arange(len(t)), t]
+        if at_target.any():
+            row = int(np.argmax(at_target))
+            raise NumpyTransformerError(f"logits are -inf at the target class {int(t[row])} of row {row} (flattened): "
+                                        "the loss would be infinite")
+        if label_smoothing and (ruled_out & real[:, None]).any():
+            raise NumpyTransformerError(f"logits hold -inf while label_smoothing={label_smoothing:g}: smoothing gives "
+                                        "every class some probability, so the loss would be infinite; "
+                                        "use label_smoothing=0 with -inf logits")
+    return logits, targets, pad_id, label_smoothing

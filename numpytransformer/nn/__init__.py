@@ -1,0 +1,1 @@
+"""Modules (parameters and gradients around the pairs) and the models built from them."""

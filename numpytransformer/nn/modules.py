@@ -1,0 +1,331 @@
+"""The thin modules around the pure pairs of :mod:`numpytransformer.core`.
+
+Each module holds its parameters and gradients, keeps the cache of its forward and
+accumulates (``+=``) its parameter gradients in ``backward``; the math lives in the pair.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..core.attention import attention_forward
+from ..core.dropout import dropout_backward, dropout_forward
+from ..core.embedding import (embedding_backward, embedding_forward, region_embedding_backward,
+                              region_embedding_forward)
+from ..core.feedforward import ffn_backward, ffn_forward
+from ..core.layernorm import layernorm_backward, layernorm_forward
+from ..core.linear import linear_backward, linear_forward, xavier_uniform
+from ..core.multihead import (PARAM_NAMES, append_positions, merge_heads, split_heads, multihead_attention_backward, multihead_attention_forward)
+from ..core.positional import (_check_input, learned_positional_backward, learned_positional_forward,
+                               positional_backward, positional_forward, sinusoidal_encoding)
+from ..core.relu import relu_backward, relu_forward
+from ..validation import check_float, check_ids, check_mask, check_real, check_same_batch, needs_checks
+from .module import Module, fast_or_textbook
+
+__all__ = ['Linear', 'ReLU', 'Dropout', 'LayerNorm', 'Embedding', 'SharedEmbedding', 'RegionEmbedding', 'PositionalEncoding', 'LearnedPositionalEmbedding', 'FeedForward', 'MultiHeadAttention']
+
+
+class Linear(Module):
+    """``out = x W + b`` with ``W`` of shape (D_in, D_out), Xavier-initialised."""
+
+    def __init__(self, d_in: int, d_out: int, rng: np.random.Generator, dtype=np.float64, bias: bool = True):
+        super().__init__()
+        self.add_param("W", xavier_uniform(rng, d_in, d_out, dtype))
+        if bias:
+            self.add_param("b", np.zeros(d_out, dtype=dtype))
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """x (..., D_in) of the weights' dtype, finite -> (..., D_out)."""
+        if needs_checks():  # False inside a model, which has checked its own inputs
+            check_float(x, "x", self.params["W"].dtype, last_dim=self.params["W"].shape[0])
+        out, self._cache = fast_or_textbook(linear_forward)(x, self.params["W"], self.params.get("b"))
+        return out
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        dx, dW, db = linear_backward(dout, self._pop_cache())
+        self.grads["W"] += dW
+        if "b" in self.grads:
+            self.grads["b"] += db
+        return dx
+
+
+class ReLU(Module):
+    def forward(self, x):
+        if needs_checks():  # False inside a model, which has checked its own inputs
+            check_float(x, "x", min_ndim=0)
+        out, self._cache = relu_forward(x)
+        return out
+
+    def backward(self, dout):
+        return relu_backward(dout, self._pop_cache())
+
+
+class Dropout(Module):
+    """Dropout drawing masks from a shared, seeded generator ``rng``."""
+
+    def __init__(self, p: float, rng: np.random.Generator):
+        super().__init__()
+        self.p = check_real(p, "dropout p", 0.0, 1.0, high_open=True)
+        self.rng = rng
+
+    def forward(self, x):
+        if needs_checks():  # False inside a model, which has checked its own inputs
+            check_float(x, "x", min_ndim=0)
+        out, self._cache = dropout_forward(x, self.p, self.rng, self.training)
+        return out
+
+    def backward(self, dout):
+        return dropout_backward(dout, self._pop_cache())
+
+
+class LayerNorm(Module):
+    """LayerNorm with ``gamma`` (ones) and ``beta`` (zeros) of shape (D,)."""
+
+    def __init__(self, d_model: int, eps: float = 1e-5, dtype=np.float64):
+        super().__init__()
+        self.eps = check_real(eps, "eps", 0.0, low_open=True)
+        self.add_param("gamma", np.ones(d_model, dtype=dtype))
+        self.add_param("beta", np.zeros(d_model, dtype=dtype))
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """x (..., D) of the parameters' dtype, finite -> (..., D)."""
+        if needs_checks():  # False inside a model, which has checked its own inputs
+            check_float(x, "x", self.params["gamma"].dtype, last_dim=self.params["gamma"].shape[0])
+        out, self._cache = fast_or_textbook(layernorm_forward)(x, self.params["gamma"], self.params["beta"], self.eps)
+        return out
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        dx, dgamma, dbeta = layernorm_backward(dout, self._pop_cache())
+        self.grads["gamma"] += dgamma
+        self.grads["beta"] += dbeta
+        return dx
+
+
+class Embedding(Module):
+    """Embedding table ``W`` (V, D), initialised N(0, 1/D) so that ``sqrt(D) * W`` has unit scale.
+
+    The pad row starts at zero and receives no gradient from the lookup, so it stays
+    zero, unless the matrix is tied to the output projection, whose pad logit does
+    give it a gradient.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, rng: np.random.Generator, dtype=np.float64,
+                 scale: bool = True, pad_id: Optional[int] = 0):
+        super().__init__()
+        W = (rng.standard_normal((vocab_size, d_model)) * d_model ** -0.5).astype(dtype)
+        if pad_id is not None:
+            W[pad_id] = 0
+        self.add_param("W", W)
+        self.scale = float(np.sqrt(d_model)) if scale else 1.0
+        self.pad_id = pad_id
+
+    def forward(self, ids: np.ndarray) -> np.ndarray:
+        """ids: ints in [0, V), any shape (...) -> (..., D)."""
+        if needs_checks():  # False inside a model, which has checked its own inputs
+            ids = check_ids(ids, "ids", self.params["W"].shape[0], ndim=None)
+        out, self._cache = embedding_forward(ids, self.params["W"], self.scale, self.pad_id)
+        return out
+
+    def backward(self, dout: np.ndarray) -> None:
+        """Accumulates ``dW``; ids have no gradient, so nothing is returned."""
+        self.grads["W"] += embedding_backward(dout, self._pop_cache())
+        return None
+
+
+class SharedEmbedding(Module):
+    """A second reader of another :class:`Embedding`'s matrix: the decoder's, in a model whose source
+    and target share one vocabulary, where section 3.4 shares one weight matrix between the two
+    embedding layers (the encoder's :class:`Embedding` owns it).
+
+    It looks ids up with the same pair, and its backward adds ``dW`` to the owner's gradient,
+    so the shared matrix receives the sum of both uses, as a tied output projection does.
+    """
+
+    def __init__(self, owner: Embedding):
+        super().__init__()
+        object.__setattr__(self, "owner", owner)  # not a child: the matrix is named under its owner
+        self.scale, self.pad_id = owner.scale, owner.pad_id
+
+    def forward(self, ids: np.ndarray) -> np.ndarray:
+        """ids: ints in [0, V), any shape (...) -> (..., D)."""
+        if needs_checks():
+            ids = check_ids(ids, "ids", self.owner.params["W"].shape[0], ndim=None)
+        out, self._cache = embedding_forward(ids, self.owner.params["W"], self.scale, self.pad_id)
+        return out
+
+    def backward(self, dout: np.ndarray) -> None:
+        """Adds ``dW`` to the owner's gradient; ids have no gradient, so nothing is returned."""
+        self.owner.grads["W"] += embedding_backward(dout, self._pop_cache())
+        return None
+
+
+class RegionEmbedding(Module):
+    """The tables ``W`` (2k, V, D) of a token's ``k`` neighbours on each side
+    (:func:`region_embedding_forward`), initialised as :class:`Embedding` is; the pad rows start at zero."""
+
+    def __init__(self, vocab_size: int, d_model: int, k: int, rng: np.random.Generator, dtype=np.float64,
+                 scale: bool = True, pad_id: int = 0):
+        super().__init__()
+        W = (rng.standard_normal((2 * k, vocab_size, d_model)) * d_model ** -0.5).astype(dtype)
+        W[:, pad_id] = 0
+        self.add_param("W", W)
+        self.scale = float(np.sqrt(d_model)) if scale else 1.0
+        self.pad_id = pad_id
+
+    def forward(self, ids: np.ndarray) -> np.ndarray:
+        """ids (B, T) in [0, V) -> (B, T, D)."""
+        if needs_checks():
+            ids = check_ids(ids, "ids", self.params["W"].shape[1])
+        out, self._cache = region_embedding_forward(ids, self.params["W"], self.scale, self.pad_id)
+        return out
+
+    def backward(self, dout: np.ndarray) -> None:
+        """Accumulates ``dW``; ids have no gradient, so nothing is returned."""
+        self.grads["W"] += region_embedding_backward(dout, self._pop_cache())
+        return None
+
+
+class PositionalEncoding(Module):
+    """Adds the fixed sinusoidal table; it has no parameters."""
+
+    def __init__(self, max_len: int, d_model: int, dtype=np.float64):
+        super().__init__()
+        self.pe = sinusoidal_encoding(max_len, d_model, dtype)
+
+    def forward(self, x: np.ndarray, offset: int = 0) -> np.ndarray:
+        """x (B, T, D) -> x + PE[offset:offset + T]."""
+        _check_input(x, offset, self.pe)
+        out, _ = positional_forward(x, self.pe, offset)
+        self._cache = True
+        return out
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        self._pop_cache()
+        return positional_backward(dout)
+
+
+class LearnedPositionalEmbedding(Module):
+    """GPT's position table ``P`` (max_len, D), a parameter initialised N(0, 0.02^2) as in GPT-2."""
+
+    def __init__(self, max_len: int, d_model: int, rng: np.random.Generator, dtype=np.float64, std: float = 0.02):
+        super().__init__()
+        self.add_param("P", (rng.standard_normal((max_len, d_model)) * std).astype(dtype))
+
+    def forward(self, x: np.ndarray, offset: int = 0) -> np.ndarray:
+        """x (B, T, D) -> x + P[offset:offset + T]."""
+        _check_input(x, offset, self.params["P"])
+        out, self._cache = learned_positional_forward(x, self.params["P"], offset)
+        return out
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        dx, dP = learned_positional_backward(dout, self._pop_cache())
+        self.grads["P"] += dP
+        return dx
+
+
+class FeedForward(Module):
+    """Position-wise FFN with parameters ``W1, b1, W2, b2``."""
+
+    def __init__(self, d_model: int, d_ff: int, rng: np.random.Generator, dtype=np.float64):
+        super().__init__()
+        self.add_param("W1", xavier_uniform(rng, d_model, d_ff, dtype))
+        self.add_param("b1", np.zeros(d_ff, dtype=dtype))
+        self.add_param("W2", xavier_uniform(rng, d_ff, d_model, dtype))
+        self.add_param("b2", np.zeros(d_model, dtype=dtype))
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """x (..., D) of the weights' dtype, finite -> (..., D)."""
+        if needs_checks():  # False inside a model, which has checked its own inputs
+            check_float(x, "x", self.params["W1"].dtype, last_dim=self.params["W1"].shape[0])
+        out, self._cache = ffn_forward(x, **self.params)
+        return out
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        dx, *dparams = ffn_backward(dout, self._pop_cache())
+        for name, g in zip(("W1", "b1", "W2", "b2"), dparams):
+            self.grads[name] += g
+        return dx
+
+
+class MultiHeadAttention(Module):
+    """Multi-head attention with parameters ``W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o``.
+
+    ``forward(x)`` is self-attention; ``forward(x, memory)`` is cross-attention.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, rng: np.random.Generator, dtype=np.float64):
+        super().__init__()
+        if d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        self.n_heads = n_heads
+        self.attention_weights: Optional[np.ndarray] = None  # (B, H, T, S) of the last forward
+        for name in PARAM_NAMES:
+            if name.startswith("W"):
+                self.add_param(name, xavier_uniform(rng, d_model, d_model, dtype))
+            else:
+                self.add_param(name, np.zeros(d_model, dtype=dtype))
+
+    def forward(self, x: np.ndarray, x_kv: Optional[np.ndarray] = None, mask: Optional[np.ndarray] = None,
+                kv_cache: Optional[dict] = None):
+        """Attention of ``x`` (B, T, D) over itself, or over ``x_kv`` (B, S, D).
+
+        ``kv_cache`` (a dict, inference only) turns on incremental decoding: in
+        self-attention the keys and values of the new positions are appended to the
+        ones cached from earlier steps; in cross-attention the memory's keys and values
+        are computed once and reused. The result equals the full forward's. An int under
+        ``"room"`` is the most positions the self-attention cache will hold (its buffer's size).
+        """
+        if needs_checks():  # False inside a model, which has checked its own inputs
+            mask = self._check_inputs(x, x_kv, mask, kv_cache is None)
+        if kv_cache is not None:
+            return self._forward_cached(x, x_kv, mask, kv_cache)
+        forward = fast_or_textbook(multihead_attention_forward)
+        out, self._cache = forward(x, x_kv, **self.params, n_heads=self.n_heads, mask=mask)
+        self.attention_weights = self._cache.att.weights
+        return out
+
+    def _check_inputs(self, x, x_kv, mask, whole: bool):
+        """x (B, T, D) and x_kv (B, S, D) of the weights' dtype, finite; mask (checked when the keys
+        are all given, ``whole``) broadcastable to (B, H, T, S), as bool."""
+        W = self.params["W_q"]
+        check_float(x, "x", W.dtype, shape=(None, None, W.shape[0]))
+        if x_kv is not None:
+            check_float(x_kv, "x_kv", W.dtype, shape=(None, None, W.shape[0]))
+            check_same_batch(x, "x", x_kv, "x_kv")
+        if mask is None or not whole:
+            return mask
+        keys = x if x_kv is None else x_kv
+        return check_mask(mask, "mask", (x.shape[0], self.n_heads, x.shape[1], keys.shape[1]))
+
+    def _forward_cached(self, x, x_kv, mask, kv_cache: dict) -> np.ndarray:
+        p, H = self.params, self.n_heads
+
+        linear, attention, append = (fast_or_textbook(f) for f in (linear_forward, attention_forward, append_positions))
+
+        def project(a, name):  # linear_forward: one (B*T, D) @ (D, D) product, not one per sentence
+            return split_heads(linear(a, p["W_" + name], p["b_" + name])[0], H)
+
+        if x_kv is None:
+            q, k, v = project(x, "q"), project(x, "k"), project(x, "v")  # (B, H, T_new, D/H)
+            if "k" in kv_cache:
+                room = kv_cache.get("room", 0)  # the most positions the decoder will cache, if it knows
+                k = append(kv_cache["k"], k, room)  # (B, H, T_so_far, D/H)
+                v = append(kv_cache["v"], v, room)
+            kv_cache["k"], kv_cache["v"] = k, v
+        else:
+            q = project(x, "q")
+            if "k" not in kv_cache:
+                kv_cache["k"], kv_cache["v"] = project(x_kv, "k"), project(x_kv, "v")  # (B, H, S, D/H)
+            k, v = kv_cache["k"], kv_cache["v"]
+        att, att_cache = attention(q, k, v, mask)
+        self.attention_weights = att_cache.weights
+        self._cache = None  # inference only: there is nothing to differentiate
+        return linear(merge_heads(att), p["W_o"], p["b_o"])[0]
+
+    def backward(self, dout: np.ndarray):
+        """Returns ``dx`` for self-attention, ``(dx, dx_kv)`` for cross-attention."""
+        dx_q, dx_kv, *dparams = fast_or_textbook(multihead_attention_backward)(dout, self._pop_cache())
+        for name, g in zip(PARAM_NAMES, dparams):
+            self.grads[name] += g
+        return dx_q if dx_kv is None else (dx_q, dx_kv)

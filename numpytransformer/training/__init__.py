@@ -1,0 +1,1 @@
+"""Training: the trainer, the optimiser and schedules, checkpoints and data parallelism."""

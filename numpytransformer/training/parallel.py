@@ -1,0 +1,159 @@
+"""Data parallelism over MPI: every rank holds the whole model and computes the gradient of
+its share of each batch; one ``Allreduce`` sums the shares, and every rank takes the same step.
+
+The gradient of a batch's summed loss is the sum of its shards' gradients (a sum over
+targets splits into sums over disjoint parts of them):
+
+.. math:: \\nabla_\\theta \\sum_{j \\in B} \\ell_j = \\sum_{r=0}^{N-1} \\nabla_\\theta \\sum_{j \\in B_r} \\ell_j
+
+so N ranks that each weight their shard's mean-loss gradient by its share of the batch's
+targets and sum the results hold the gradient a single process computes for the whole batch
+(lesson 13 derives it and writes the ring allreduce by hand).
+
+:func:`world` is the communicator of this process: :class:`MPIComm` over MPI's world when
+``mpiexec`` started it with more than one rank, otherwise :class:`SingleProcess`, whose sum is
+the identity. mpi4py is imported only in the first case, so a NumPy-only install keeps working.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+import traceback
+from typing import Dict
+
+import numpy as np
+
+from ..errors import NumpyTransformerError
+
+__all__ = ["world", "launched_ranks", "launched_rank", "SingleProcess", "MPIComm", "stop_run", "print_traceback_and_stop"]
+
+#: What MPI launchers set in each rank's environment: the number of ranks (MPICH's hydra,
+#: Open MPI, PMIx launchers).
+SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")
+#: And this process's rank.
+RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+
+
+def launched_ranks() -> int:
+    """How many ranks the MPI launcher started, read from the environment (1 without one)."""
+    for name in SIZE_VARIABLES:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 1
+
+
+def launched_rank() -> int:
+    """This process's rank, read from the MPI launcher's environment (0 without one)."""
+    return next((int(os.environ[v]) for v in RANK_VARIABLES if os.environ.get(v, "").isdigit()), 0)
+
+
+class SingleProcess:
+    """One process, no MPI: the sums and broadcasts return what they are given."""
+
+    rank, size = 0, 1
+
+    def sum_gradients(self, grads: Dict[str, np.ndarray], *scalars: float) -> tuple:
+        return scalars
+
+    def bcast(self, obj):
+        return obj
+
+    def bcast_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
+        """Nothing to do: the arrays are this process's."""
+
+    def abort(self, code: int) -> None:
+        """Nothing to stop but this process, which returns ``code`` itself."""
+
+
+class MPIComm:
+    """MPI's world communicator with the collectives training needs."""
+
+    def __init__(self):
+        from mpi4py import MPI  # only here: a run without mpiexec never loads MPI
+
+        self.MPI, self.comm = MPI, MPI.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self._flat = None  # the flat buffer of every gradient, allocated on the first sum
+
+    def sum_gradients(self, grads: Dict[str, np.ndarray], *scalars: float) -> tuple:
+        """Sum ``grads`` in place over the ranks, and the ``scalars`` with them (a loss, a count),
+        with one ``Allreduce`` on one flat buffer, as OpenAI baselines' ``mpi_adam`` and Horovod
+        do: one message of the whole gradient instead of one per tensor (each pays the latency).
+        Returns the summed scalars."""
+        n = sum(g.size for g in grads.values())
+        dtype = next(iter(grads.values())).dtype
+        if self._flat is None or self._flat.size != n + len(scalars) or self._flat.dtype != dtype:
+            self._flat = np.empty(n + len(scalars), dtype=dtype)
+        flat, offset = self._flat, 0
+        for g in grads.values():  # pack
+            flat[offset:offset + g.size] = g.ravel()
+            offset += g.size
+        flat[n:] = scalars  # in the gradients' dtype: float32 counts exactly up to 2^24 targets
+        self.comm.Allreduce(self.MPI.IN_PLACE, flat, op=self.MPI.SUM)
+        offset = 0
+        for g in grads.values():  # unpack
+            g[...] = flat[offset:offset + g.size].reshape(g.shape)
+            offset += g.size
+        return tuple(float(s) for s in flat[n:])
+
+    def bcast(self, obj):
+        """Rank 0's ``obj`` (a small picklable value: metrics, a decision) on every rank."""
+        return self.comm.bcast(obj, root=0)
+
+    def bcast_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
+        """Rank 0's values of ``arrays`` (a model's parameters) on every rank, in place: weights that
+        each rank computed apart (pretraining) may differ in round-off between machines."""
+        for a in arrays.values():
+            self.comm.Bcast(a, root=0)
+
+    def abort(self, code: int) -> None:
+        """End every rank of the run with exit status ``code``: one that stops alone would
+        leave the others waiting in the next collective for ever."""
+        self.comm.Abort(code)
+
+
+@functools.lru_cache(maxsize=None)
+def world():
+    """This process's communicator: :class:`MPIComm` under ``mpiexec -n N`` with N > 1, else
+    :class:`SingleProcess`. Each rank's BLAS runs one thread unless OMP_NUM_THREADS or
+    OPENBLAS_NUM_THREADS says otherwise: the ranks already fill the cores."""
+    n = launched_ranks()
+    if n <= 1:
+        return SingleProcess()
+    try:
+        from threadpoolctl import threadpool_limits
+
+        comm = MPIComm()
+    except ImportError as e:
+        raise NumpyTransformerError(f"started by mpiexec with {n} ranks, but {e.name} is not installed: "
+                                    "pip install -e \".[mpi]\"") from None
+    if not any(os.environ.get(v) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")):
+        threadpool_limits(1)
+    return comm
+
+
+def stop_run(message: str, code: int) -> int:
+    """Print ``message`` (``error: ...``) once to stderr and end the run with ``code`` on every rank.
+
+    Under MPI a rank that fails must stop the others (:meth:`MPIComm.abort`). An error every
+    rank meets (a refused flag) is printed by rank 0 alone: the other ranks wait a second
+    before they print, and rank 0's abort ends them first."""
+    try:
+        comm = world()  # MPI starts on all ranks together: here, before the wait, not in the abort after it
+    except NumpyTransformerError:  # no MPI to abort with: every rank met the same error and stops
+        comm = SingleProcess()
+    if comm.rank:
+        time.sleep(1.0)
+    print(message, file=sys.stderr, flush=True)
+    if comm.size > 1:
+        time.sleep(0.2)  # for mpiexec to forward the line: the abort tears down its pipes
+        comm.abort(code)
+    return code
+
+
+def print_traceback_and_stop() -> int:
+    """An unexpected exception: its traceback, then :func:`stop_run` (status 1)."""
+    return stop_run(traceback.format_exc().rstrip(), 1)
