@@ -157,7 +157,7 @@ def _check(which: Optional[str], student: Optional[str], json_path: Optional[str
                      "full repository's: python -m course check --student ... run from there")
     if json_path and (Path(json_path).is_dir() or not Path(json_path).absolute().parent.is_dir()):
         return _fail(f"--json {json_path}: expected a file name in an existing folder")
-    own = Path(__file__).resolve().parent.parent
+    own = Path(__file__).resolve().parent.parent / "numpytransformer"
     if student is None:
         root = own.parent
         print(f"Checking the numpytransformer package in {own}")
@@ -189,7 +189,10 @@ def _check(which: Optional[str], student: Optional[str], json_path: Optional[str
         print(f"{passed} of {len(results)} exercises passed "
               f"({points:.4g} of {sum(BY_ID[r.exercise_id].points for r in results)} points)")
     if json_path:
-        _results_json(results, json_path)
+        try:
+            _results_json(results, json_path)
+        except OSError as e:  # a folder that cannot be written (/proc, another user's)
+            return _fail(f"--json {json_path}: cannot be written: {e.strerror or e}")
         print(f"Wrote {json_path}")
     return 0 if passed == len(results) else 1
 

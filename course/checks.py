@@ -629,7 +629,7 @@ def _probe(exercise_id: str, student_root: Path, timeout: float, tmp: Path, salt
     """Run probe.py on the student's package; (status dict, outputs dict)."""
     outputs, status_path, swaps_path = tmp / "outputs.npz", tmp / "status.json", tmp / "swaps.json"
     # The student's process gets copies of the trusted files, not a path into the grader's install.
-    for source in (PROBE_FILE, PROBE_FILE.parent / "trusted.py", PROBE_FILE.parent.parent / "gradcheck.py"):
+    for source in (PROBE_FILE, PROBE_FILE.parent / "trusted.py", PROBE_FILE.parent.parent / "numpytransformer" / "core" / "gradcheck.py"):
         shutil.copyfile(source, tmp / source.name)
     swaps_path.write_text(json.dumps(swaps), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}

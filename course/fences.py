@@ -41,9 +41,12 @@ from __future__ import annotations
 
 import ast
 import copy
+import errno
 import json
+import os
 import re
 import shutil
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence
@@ -395,6 +398,10 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=(), guided: bool =
     ``EXERCISES.md``. The derivations that exercises grade (tagged lesson cells, ``..
     solution-only::`` docstring blocks) are hidden too, unless ``guided`` (or their exercise
     is in ``solved``). ``out_dir`` must not exist or be empty.
+
+    The edition is written into a private folder beside ``out_dir`` and renamed into place
+    whole, so that two builds into one folder at once (``mpiexec -n 2``) cannot mix: the
+    first to finish takes it, the other refuses it as not empty.
     """
     pkg = package_dir() if pkg is None else Path(pkg).resolve()
     root = pkg.parent
@@ -424,9 +431,29 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=(), guided: bool =
     _check_against_catalog(fences)
 
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        out.absolute().parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{out.absolute().name}.", suffix=".tmp", dir=out.absolute().parent))
     except OSError as e:  # a parent that is a file, a folder that cannot be written, ...
         raise BuildError(f"OUT_DIR {str(out)!r} cannot be created: {e.strerror or e}") from None
+    try:
+        _write_edition(work, pkg, fences, notebooks, keep, guided)
+        os.chmod(work, 0o755)  # mkdtemp makes 0700
+        try:
+            os.rename(work, out)  # onto nothing, or onto an empty folder: in one step
+        except OSError as e:
+            if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                raise BuildError(f"OUT_DIR {str(out)!r} is not empty (another build filled it meanwhile); "
+                                 "give a new or empty directory") from None
+            raise BuildError(f"OUT_DIR {str(out)!r} cannot be created: {e.strerror or e}") from None
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return fences
+
+
+def _write_edition(out: Path, pkg: Path, fences: List[Fence], notebooks: dict, keep: set, guided: bool) -> None:
+    """Copy and cut the edition into the new folder ``out`` (what :func:`build_edition` describes)."""
+    root = pkg.parent
     shutil.copytree(pkg, out / pkg.name, ignore=_IGNORE)
     shutil.copytree(Path(__file__).resolve().parent, out / "course", ignore=_IGNORE)
     if (root / "lessons").is_dir():
@@ -470,7 +497,6 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=(), guided: bool =
     write_reference_file(out / "course" / "reference.npz", [e.id for e in EXERCISES])
     (out / "EXERCISES.md").write_text(exercises_markdown(sorted(keep, key=list(BY_ID).index), guided),
                                       encoding="utf-8")
-    return fences
 
 
 def _placeholder_lines(text: str, exercise_id: str, qualname: str) -> List[int]:

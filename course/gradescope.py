@@ -68,22 +68,36 @@ def _add_script(z: zipfile.ZipFile, name: str, text: str) -> None:
 
 
 def build_package(out_zip, hints: str = "property") -> List[str]:
-    """Write the autograder zip to ``out_zip``; returns the names at its root."""
-    from .fences import build_edition, package_dir
+    """Write the autograder zip to ``out_zip`` (through a temporary file beside it, renamed when
+    whole); returns the names at its root."""
+    from .fences import BuildError, build_edition, package_dir
 
-    pkg = package_dir()
-    with tempfile.TemporaryDirectory(prefix="nt-gradescope-") as tmp:
-        edition = Path(tmp) / "edition"
-        build_edition(edition, pkg)
-        with zipfile.ZipFile(out_zip, "w", zipfile.ZIP_DEFLATED) as z:
-            _add_script(z, "setup.sh", SETUP_SH)
-            _add_script(z, "run_autograder", RUN_AUTOGRADER.format(hints=hints))
-            _add_tree(z, pkg, PACKAGE)
-            _add_tree(z, edition / PACKAGE, f"student_base/{PACKAGE}")
-            for name in ("setup.cfg", "pyproject.toml"):
-                if (pkg.parent / name).is_file():
-                    z.write(pkg.parent / name, name)
-        return sorted({n.split("/")[0] for n in zipfile.ZipFile(out_zip).namelist()})
+    out, pkg = Path(out_zip), package_dir()
+    refused = f"OUT.zip {str(out_zip)!r} cannot be written"
+    try:  # before the edition is built: a folder that cannot be written (/proc, another user's) fails fast
+        fd, part = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.absolute().parent)
+    except OSError as e:
+        raise BuildError(f"{refused}: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "wb") as f, tempfile.TemporaryDirectory(prefix="nt-gradescope-") as tmp:
+            edition = Path(tmp) / "edition"
+            build_edition(edition, pkg)
+            with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as z:
+                _add_script(z, "setup.sh", SETUP_SH)
+                _add_script(z, "run_autograder", RUN_AUTOGRADER.format(hints=hints))
+                _add_tree(z, pkg, PACKAGE)
+                _add_tree(z, edition / PACKAGE, f"student_base/{PACKAGE}")
+                for name in ("setup.cfg", "pyproject.toml"):
+                    if (pkg.parent / name).is_file():
+                        z.write(pkg.parent / name, name)
+                names = z.namelist()
+        os.chmod(part, 0o644)  # mkstemp makes 0600
+        os.replace(part, out)
+    except OSError as e:  # a full disk, ...
+        raise BuildError(f"{refused}: {e.strerror or e}") from None
+    finally:
+        Path(part).unlink(missing_ok=True)
+    return sorted({n.split("/")[0] for n in names})
 
 
 def _unzip(archive: Path, into: Path) -> None:

@@ -17,14 +17,17 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-try:
-    from numpytransformer.core.gradcheck import KINK_TOL, SMOOTH_TOL, ZERO_ATOL  # the tolerances, defined once
-except ImportError:  # loaded by path: the grader copies its own gradcheck.py (NumPy only) beside this file
-    _spec = importlib.util.spec_from_file_location("_numpytransformer_grader_gradcheck",
-                                                   Path(__file__).resolve().parent / "gradcheck.py")
-    _gradcheck = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_gradcheck)
-    KINK_TOL, SMOOTH_TOL, ZERO_ATOL = _gradcheck.KINK_TOL, _gradcheck.SMOOTH_TOL, _gradcheck.ZERO_ATOL
+# The tolerances, defined once in the library's gradcheck.py (NumPy only). Loaded by path, never by
+# import: the grader copies its own gradcheck.py beside this file into the student's process, and
+# beside the course it is the teacher's library, so a student's edited copy changes nothing.
+_HERE = Path(__file__).resolve().parent
+_GRADCHECK = _HERE / "gradcheck.py"
+if not _GRADCHECK.is_file():
+    _GRADCHECK = _HERE.parent / "numpytransformer" / "core" / "gradcheck.py"
+_spec = importlib.util.spec_from_file_location("_numpytransformer_grader_gradcheck", _GRADCHECK)
+_gradcheck = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_gradcheck)
+KINK_TOL, SMOOTH_TOL, ZERO_ATOL = _gradcheck.KINK_TOL, _gradcheck.SMOOTH_TOL, _gradcheck.ZERO_ATOL
 
 VALUE_TOL = 1e-12  # forward values computed two ways in float64
 PAD = 0

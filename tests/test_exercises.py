@@ -451,8 +451,8 @@ def test_edition_holds_the_repository_without_solutions(edition):
     placeholders = sum(p.read_text(encoding="utf-8").count("raise NotImplementedError(\"Exercise ")
                        for p in (edition / "numpytransformer").rglob("*.py") if "exercises" not in p.parts)
     assert placeholders == len(library_fences())
-    for src in (package_dir() / "exercises").glob("*.py"):  # the grader is copied unchanged, but for its last hints
-        copy = (edition / "numpytransformer" / "exercises" / src.name).read_bytes()
+    for src in (ROOT / "course").glob("*.py"):  # the grader is copied unchanged, but for its last hints
+        copy = (edition / "course" / src.name).read_bytes()
         assert (copy == src.read_bytes()) == (src.name != "hints.py"), src.name
     guide = (edition / "EXERCISES.md").read_text(encoding="utf-8")
     for e in EXERCISES:
@@ -476,7 +476,7 @@ def test_an_edition_without_its_reference_file_refuses_to_grade(which, request, 
     that code against itself: it refuses, in one line naming the file, before running any of it."""
     copy = tmp_path / "edition"
     shutil.copytree(request.getfixturevalue(which), copy)
-    (copy / "numpytransformer" / "exercises" / "reference.npz").unlink()
+    (copy / "course" / "reference.npz").unlink()
     r = _run(["-m", "course", "check", "1.1"], copy)
     assert r.returncode == 2 and not r.stdout, r.stdout + r.stderr
     assert "reference.npz is missing" in r.stderr and len(r.stderr.splitlines()) == 1
@@ -586,7 +586,7 @@ def test_solved_releases_chosen_solutions(tmp_path, capsys):
     lines = _check_lines(r.stdout)
     assert lines[0].startswith("4.1 attention_forward ... passed"), r.stdout
     assert lines[1].startswith("4.2 attention_backward ... not yet implemented (the raise at")  # no longer waits
-    assert "### BEGIN SOLUTION" not in (edition_dir / "numpytransformer" / "attention.py").read_text()
+    assert "### BEGIN SOLUTION" not in (edition_dir / "numpytransformer" / "core" / "attention.py").read_text()
     lesson1 = (edition_dir / "lessons" / "01_backprop_linear_relu.ipynb").read_text()
     assert "dW = x2.T @ d2" in lesson1 and "BEGIN SOLUTION" not in lesson1
     assert "4.1 (released)" in (edition_dir / "EXERCISES.md").read_text()
@@ -612,7 +612,7 @@ def test_the_edition_trains_on_the_students_pairs_not_the_fast_forms(tmp_path):
                        timeout=300)
     assert r.stdout.split() == ["False", "0", "False"], r.stdout + r.stderr
     assert "NotImplementedError: Exercise 4.1" in r.stderr, r.stderr
-    assert "ON_BY_DEFAULT = False" in (edition_dir / "numpytransformer" / "fast.py").read_text()
+    assert "ON_BY_DEFAULT = False" in (edition_dir / "numpytransformer" / "core" / "fast.py").read_text()
     with pytest.raises(BuildError, match="BEGIN FAST FORMS"):
         without_fast_forms("ON_BY_DEFAULT = True\n")
 

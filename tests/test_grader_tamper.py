@@ -99,7 +99,7 @@ def test_replaced_check_and_helper_functions_in_the_students_package_do_not_pass
             "def run_check(exercise_id, *args, **kwargs):\n"
             "    return Result(exercise_id, 'passed', 'passed (every value exact)')\n"
             "JUDGES = {k: (lambda *a: None) for k in JUDGES}\n")
-    (student / "numpytransformer" / "exercises" / "probe.py").write_text(
+    (student / "course" / "probe.py").write_text(
         "import sys, json\nif __name__ == '__main__':\n    open(sys.argv[4], 'w').write(json.dumps({'status': 'ok'}))\n",
         encoding="utf-8")
     assert "6.1 layernorm_backward ... passed" in _self_check(student)
@@ -115,7 +115,7 @@ from pathlib import Path as _Path
 
 def _forge():
     import numpy
-    stored = numpy.load(_Path(__file__).parent / "exercises" / "reference.npz")
+    stored = numpy.load(_Path(__file__).parent.parent / "course" / "reference.npz")
     prefix = _sys.argv[2] + "/"
     numpy.savez(_sys.argv[3], **{k[len(prefix):]: stored[k] for k in stored.files if k.startswith(prefix)})
     _Path(_sys.argv[4]).write_text(_json.dumps({"status": "ok"}))

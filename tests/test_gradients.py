@@ -5,7 +5,7 @@ absolute error for a gradient that is zero, see ``numpytransformer.core.gradchec
 cases live in dicts keyed by an informative name that doubles as the pytest id, so a
 failure reads ``test_pair_gradients[4.2-attention_forward-causal mask, ...]`` and a script
 can import the dicts to report the largest error of each component. The pairs that an
-exercise grades are checked on the exercises' own cases (``exercises/trusted.py``), so the
+exercise grades are checked on the exercises' own cases (``course/trusted.py``), so the
 tests and the grader share one set; the tolerances are ``numpytransformer.core.gradcheck``'s.
 
 All checks run in float64 with ``h = 1e-5``.
@@ -148,7 +148,7 @@ def _exercise_case(exercise_id: str, j: int, case: trusted.Case):
                               seed=case.seed, **case.static)
 
 
-#: The pairs an exercise grades are checked on the exercises' cases (``exercises/trusted.py``); the
+#: The pairs an exercise grades are checked on the exercises' cases (``course/trusted.py``); the
 #: others on their own cases here.
 PAIR_CASES = {
     **{f"{exercise_id}-{names[2 * j]}-{case.name}": (_exercise_case(exercise_id, j, case), case.tol)

@@ -226,7 +226,7 @@ def test_hints_come_in_steps(tmp_path):
 def test_the_student_edition_holds_no_formula_level_hint(tmp_path):
     folder = tmp_path / "edition"
     build_edition(folder)
-    assert (folder / "numpytransformer" / "exercises" / "hints.py").read_text() == STUDENT_EDITION
+    assert (folder / "course" / "hints.py").read_text() == STUDENT_EDITION
     texts = {p: p.read_text(encoding="utf-8") for p in folder.rglob("*")
              if p.is_file() and p.suffix in (".py", ".md", ".ipynb", ".txt", ".json", ".cfg", ".toml")}
     formulas = [(e, about, text) for e, d in FORMULAS.items() for about, text in d.items()]
@@ -241,7 +241,7 @@ def test_the_checks_take_their_formula_level_hints_from_hints_py():
     edition's copy of checks.py would show."""
     import ast
 
-    tree = ast.parse((ROOT / "numpytransformer" / "exercises" / "checks.py").read_text(encoding="utf-8"))
+    tree = ast.parse((ROOT / "course" / "checks.py").read_text(encoding="utf-8"))
     literal = []
     for node in ast.walk(tree):
         for k in node.keywords if isinstance(node, ast.Call) else ():
@@ -268,16 +268,16 @@ def test_release_writes_only_the_chosen_solutions_into_the_students_folder(tmp_p
     # 5.1's reshape), so that the lessons run on; nothing else.
     assert changed == ["lessons/04_attention.ipynb", "lessons/05_multihead_attention.ipynb",
                        "numpytransformer/core/attention.py", "numpytransformer/core/multihead.py"], changed
-    attention = (folder / "numpytransformer" / "attention.py").read_text()
+    attention = (folder / "numpytransformer" / "core" / "attention.py").read_text()
     assert "my attempt at 4.1" not in attention and "BEGIN SOLUTION" not in attention
     assert "Exercise 4.2:" not in attention
-    multihead = (folder / "numpytransformer" / "multihead.py").read_text()
+    multihead = (folder / "numpytransformer" / "core" / "multihead.py").read_text()
     assert "Exercise 5.1:" not in multihead and "Exercise 5.2:" in multihead  # 5.2 was not released
     # Every line outside the released functions is the student's, in order.
-    old = before[folder / "numpytransformer" / "multihead.py"].decode().splitlines()
+    old = before[folder / "numpytransformer" / "core" / "multihead.py"].decode().splitlines()
     new = multihead.splitlines()
     assert [ln for ln in old if "Exercise 5.1:" not in ln] == [ln for ln in new if ln in old]
-    assert "# mine" in (folder / "numpytransformer" / "relu.py").read_text()
+    assert "# mine" in (folder / "numpytransformer" / "core" / "relu.py").read_text()
     r = _run(["check"], folder)
     passed = {ln.split(" ")[0] for ln in r.stdout.splitlines() if " ... passed (" in ln}
     assert passed == {"1.2", "4.1", "4.2", "5.1"}, r.stdout
@@ -365,12 +365,12 @@ def test_the_gradescope_zip_grades_a_submission_as_gradescope_runs_it(tmp_path, 
     assert subprocess.run(["bash", "-n", str(root / "source" / "setup.sh")]).returncode == 0
 
     # 1. The edited files alone: a right linear.py, a relu_backward that forgets the mask, and a stray file.
-    shutil.copy2(complete / "numpytransformer" / "linear.py", root / "submission" / "linear.py")
+    shutil.copy2(complete / "numpytransformer" / "core" / "linear.py", root / "submission" / "linear.py")
     _replace(root / "submission" / "linear.py", WRONG_DW[1], WRONG_DW[0])
     edition = tmp_path / "edition"
     build_edition(edition)
     _implement(edition, "1.2", "    return dout\n")
-    shutil.copy2(edition / "numpytransformer" / "relu.py", root / "submission" / "relu.py")
+    shutil.copy2(edition / "numpytransformer" / "core" / "relu.py", root / "submission" / "relu.py")
     (root / "submission" / "notes.txt").write_text("hello")
     doc = _run_autograder(root)
     scores = _by_exercise(doc)
@@ -390,22 +390,23 @@ def test_the_gradescope_zip_grades_a_submission_as_gradescope_runs_it(tmp_path, 
     assert scores["1.1"][0] == pytest.approx(5 * 6 / 9, abs=1e-3)
 
 
-def test_a_flat_file_whose_name_two_library_files_share_goes_to_the_exercises(tmp_path):
-    """lm.py is exercise 12.3's file and a task's (tasks/lm.py): uploaded alone, it is the exercise's. A name
-    that no exercise settles (reverse.py) is ignored, with a note."""
+def test_a_flat_file_goes_to_its_library_file_and_an_ambiguous_name_is_ignored(tmp_path):
+    """A file uploaded alone lands on the library file of its name (exercise 12.3's here). A name that
+    two library files share and no exercise settles (reverse.py) is ignored, with a note."""
     from course.gradescope import find_student_folder
 
     base = tmp_path / "base"
-    for rel in ("__init__.py", "lm.py", "tasks/lm.py", "tasks/reverse.py", "datasets/reverse.py"):
+    exercise_file = Path(BY_ID["12.3"].file).relative_to("numpytransformer")
+    for rel in ("__init__.py", exercise_file.as_posix(), "tasks/reverse.py", "datasets/reverse.py"):
         (base / rel).parent.mkdir(parents=True, exist_ok=True)
         (base / rel).write_text("# the edition's\n")
     (tmp_path / "submission").mkdir()
-    for name in ("lm.py", "reverse.py"):
+    for name in (exercise_file.name, "reverse.py"):
         (tmp_path / "submission" / name).write_text("# mine\n")
     folder, notes = find_student_folder(tmp_path / "submission", tmp_path / "work", base)
     assert (folder / BY_ID["12.3"].file).read_text() == "# mine\n"
-    assert (folder / "numpytransformer" / "tasks" / "lm.py").read_text() == "# the edition's\n"
-    assert "lm.py -> numpytransformer/nn/gpt.py" in notes[0]
+    assert (folder / "numpytransformer" / "tasks" / "reverse.py").read_text() == "# the edition's\n"
+    assert f"{exercise_file.name} -> {BY_ID['12.3'].file}" in notes[0]
     assert "reverse.py (more than one file has this name" in notes[-1]
 
 
