@@ -1,4 +1,4 @@
-"""The kernels under a training step, NumPy beside PyTorch: where issue 21's missed targets come from.
+"""The kernels under a training step, NumPy beside PyTorch: where the step's gap comes from.
 
 ``bench_step.py`` times whole steps; this times what they are made of, on one thread, in
 CPU time, the two sides interleaved (numpy block, torch block, ... for ``--rounds`` rounds;

@@ -16,7 +16,7 @@ The recipes, at their shapes:
 
 * ``reversal``: ``train reverse``'s task and recipe (d64, 2+2 layers, pre-LN, 128 sequences of
   1-20 symbols a batch), on its own generated data.
-* ``translation``: the untied Multi30K model of 2026-11-25 (d256, 3+3 layers, 8 heads, d_ff 512,
+* ``translation``: the Multi30K model without tied embeddings (d256, 3+3 layers, 8 heads, d_ff 512,
   post-LN, dropout 0.1) with the cased-BPE vocabularies' sizes (5,044 and 4,919), on random token
   ids in batches of the recipe's 3,000-token budget (120 sentence pairs padded to 25 tokens, lengths
   10-25).
@@ -51,12 +51,12 @@ SIDES = {"1 process x 2 threads": (1, 2), "2 ranks x 1 thread": (2, 1), "1 proce
 
 class Batches:
     """The trainer's view of a task over fixed arrays: a batch is an array of row indices, and
-    sharding, the loss and the target count are the :class:`Task` methods themselves."""
+    sharding, the loss and the target count are the :class:`TrainingTask` methods themselves."""
 
-    from numpytransformer.tasks.base import Task
+    from numpytransformer.training.trainer import TrainingTask
 
-    shard, train_step_loss, target_count, _non_pad = (Task.shard, Task.train_step_loss, Task.target_count,
-                                                      Task._non_pad)
+    shard, noised, loss, target_count, _non_pad = (TrainingTask.shard, TrainingTask.noised, TrainingTask.loss,
+                                                   TrainingTask.target_count, TrainingTask._non_pad)
 
     def __init__(self, inputs: tuple, targets, target_pad):
         self.inputs, self.targets, self.target_pad = inputs, targets, target_pad

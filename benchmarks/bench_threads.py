@@ -2,7 +2,7 @@
 
 Times one training update of the sentiment recipe's model (``SentimentTask.recipe``: one
 encoder layer, d_model 64, 4 heads, d_ff 128, a 10,000-word vocabulary, dropout 0.3, and
-since 2026-11-28 the data settings' region embedding) on
+the data settings' region embedding) on
 batches of the shapes its length buckets produce (8,192 tokens: 16 x 512, 32 x 256,
 64 x 128), once with each thread count. Each thread count runs in its own subprocess, one
 after the other, because OpenBLAS reads ``OPENBLAS_NUM_THREADS`` when NumPy is imported.

@@ -64,10 +64,16 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("out_zip", metavar="OUT.zip", help="the zip to write")
     g.add_argument("--hints", choices=list(HINTS)[1:], default="property",
                    help="the hint step the autograder tells (default property)")
+    g.add_argument("--exercises", metavar="IDS", default=None,
+                   help="the assignment: exercise ids and lesson numbers, comma-separated (1.1,1.2 or 6); "
+                        "default every exercise")
     a = sub.add_parser("autograde", help="grade a Gradescope submission (what run_autograder runs)")
     a.add_argument("--root", default=None, metavar="DIR",
                    help="Gradescope's root, holding submission/ and results/ (default $AUTOGRADER_ROOT or /autograder)")
     a.add_argument("--hints", choices=list(HINTS)[1:], default="property")
+    a.add_argument("--exercises", metavar="IDS", default=None, help="as for gradescope (default every exercise)")
+    a.add_argument("--sandbox-user", metavar="NAME", default=None,
+                   help="run the student's code as this unprivileged user (the grader being root)")
     return p
 
 
@@ -110,11 +116,11 @@ def _build(out_dir: str, solved: str, guided: bool = False) -> int:
     return 0
 
 
-def _results_json(results, path: str) -> None:
+def _results_json(results, path: str, seed: int = 0) -> None:
     """Gradescope's results.json: one test per case, the exercise's points split among them."""
     from .gradescope import results_document
 
-    Path(path).write_text(json.dumps(results_document(results), indent=2) + "\n", encoding="utf-8")
+    Path(path).write_text(json.dumps(results_document(results, seed=seed), indent=2) + "\n", encoding="utf-8")
 
 
 def _attempts(folder: Path) -> dict:
@@ -190,7 +196,7 @@ def _check(which: Optional[str], student: Optional[str], json_path: Optional[str
               f"({points:.4g} of {sum(BY_ID[r.exercise_id].points for r in results)} points)")
     if json_path:
         try:
-            _results_json(results, json_path)
+            _results_json(results, json_path, seed)
         except OSError as e:  # a folder that cannot be written (/proc, another user's)
             return _fail(f"--json {json_path}: cannot be written: {e.strerror or e}")
         print(f"Wrote {json_path}")
@@ -210,26 +216,36 @@ def _release(ids: str, into: str) -> int:
     return 0
 
 
-def _gradescope(out_zip: str, hints: str) -> int:
+def _gradescope(out_zip: str, hints: str, exercises: Optional[str] = None) -> int:
     from .fences import BuildError
-    from .gradescope import UPLOAD, build_package
+    from .gradescope import UPLOAD, build_package, parse_exercises
 
+    try:
+        chosen = None if exercises is None else parse_exercises(exercises)
+    except ValueError as e:
+        return _fail(str(e))
     out = Path(out_zip)
     if out.is_dir() or not out.absolute().parent.is_dir():
         return _fail(f"OUT.zip {out_zip!r}: expected a file name in an existing folder")
     try:
-        root = build_package(out, hints)
+        root = build_package(out, hints, chosen)
     except BuildError as e:
         return _fail(str(e))
-    print(f"Wrote {out_zip} ({', '.join(root)} at its root): upload it as the assignment's autograder.")
+    graded = chosen or [e.id for e in EXERCISES]
+    print(f"Wrote {out_zip} ({', '.join(root)} at its root): upload it as the assignment's autograder. It grades "
+          f"{', '.join(graded)} ({sum(BY_ID[i].points for i in graded)} points).")
     print(f"What students upload: {UPLOAD}")
     return 0
 
 
-def _autograde(root: Optional[str], hints: str) -> int:
-    from .gradescope import autograde
+def _autograde(root: Optional[str], hints: str, exercises: Optional[str], sandbox: Optional[str]) -> int:
+    from .gradescope import autograde, parse_exercises
 
-    path = autograde(root, HINTS[hints])
+    try:
+        chosen = None if exercises is None else parse_exercises(exercises)
+    except ValueError as e:
+        return _fail(str(e))
+    path = autograde(root, HINTS[hints], chosen, sandbox)
     print(f"Wrote {path}")
     return 0
 
@@ -243,9 +259,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "release":
         return _release(args.ids, args.into)
     if args.command == "gradescope":
-        return _gradescope(args.out_zip, args.hints)
+        return _gradescope(args.out_zip, args.hints, args.exercises)
     if args.command == "autograde":
-        return _autograde(args.root, args.hints)
+        return _autograde(args.root, args.hints, args.exercises, args.sandbox_user)
     return _check(args.which, args.student, args.json, args.timeout, args.seed, args.hints)
 
 

@@ -50,7 +50,7 @@ EXERCISES: List[Exercise] = [
              "dq, dk and dv of scaled dot-product attention", ("4.1",), "lesson 4 §6", "hard", 60, 12),
     Exercise("5.1", "numpytransformer/core/multihead.py", "split_heads, merge_heads",
              "split_heads and merge_heads, between (B, T, D) and (B, H, T, D/H)", (), "lesson 5 §2", "easy", 20, 4),
-    Exercise("5.2", "numpytransformer/core/multihead.py", "plain_multihead_attention_backward, multihead_attention_backward",
+    Exercise("5.2", "numpytransformer/core/multihead.py", "multihead_attention_backward",
              "dx_q, dx_kv and the 8 parameter gradients, in reverse order of the forward",
              ("1.1", "4.1", "4.2", "5.1"), "lesson 5 §5", "hard", 60, 12),
     Exercise("6.1", "numpytransformer/core/layernorm.py", "layernorm_backward",
@@ -92,9 +92,9 @@ EXERCISES: List[Exercise] = [
     Exercise("12.2", "numpytransformer/nn/sampling.py", "top_k_filter, top_p_filter, _probs, sample_from",
              "the distribution at temperature tau, cut to the top k and the top p, renormalised; one draw from it",
              (), "lesson 12 §6", "medium", 40, 10),
-    Exercise("12.3", "numpytransformer/nn/gpt.py", "lm_loss_forward, lm_loss_backward",
-             "the mean next-token loss (targets: ids shifted by one) and its gradient dlogits", (), "lesson 12 §5",
-             "medium", 25, 6),
+    Exercise("12.3", "numpytransformer/core/losses.py", "lm_loss_forward, lm_loss_backward",
+             "the mean next-token loss (targets: ids shifted by one) and its gradient dlogits", ("2.1",),
+             "lesson 2 §4, lesson 12 §5", "medium", 25, 6),
 ]
 # Kept in lesson order (the list above grows at its end).
 EXERCISES.sort(key=lambda e: tuple(map(int, e.id.split("."))))

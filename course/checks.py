@@ -32,8 +32,8 @@ from . import hints, probe, reference, trusted
 from .catalog import BY_ID
 from .trusted import FULLY_MASKED, KINK_TOL, SMOOTH_TOL, VALUE_TOL, grad_error, rel_error
 
-__all__ = ["Grader", "Failure", "Result", "run_check", "reference_swaps", "depends_on", "JUDGES", "PROBE_FILE",
-           "DEFAULT_TIMEOUT"]
+__all__ = ["Grader", "Failure", "Result", "run_check", "reference_swaps", "depends_on", "grading_order", "Sandbox",
+           "sandbox_user", "JUDGES", "PROBE_FILE", "DEFAULT_TIMEOUT"]
 
 PROBE_FILE = Path(__file__).resolve().parent / "probe.py"
 DEFAULT_TIMEOUT = 60.0  # seconds per exercise; the slowest takes about one
@@ -625,8 +625,59 @@ class Result(NamedTuple):
 _EXERCISE_IN_MESSAGE = re.compile(r"Exercise (\d+\.\d+)\b")
 
 
-def _probe(exercise_id: str, student_root: Path, timeout: float, tmp: Path, salt: int, swaps: list):
-    """Run probe.py on the student's package; (status dict, outputs dict)."""
+class Sandbox(NamedTuple):
+    """An unprivileged user that the student's process runs as (the grader being root), so that it cannot
+    read what only root may: the teacher's library, with every solution, in the autograder's folder."""
+
+    user: str
+    uid: int
+    gid: int
+
+
+def sandbox_user(name: str) -> Sandbox:
+    """The :class:`Sandbox` of the existing user ``name``; ValueError (one line) if there is none, or if this
+    process, not being root, cannot start a process as another user."""
+    import pwd
+
+    if os.geteuid() != 0:
+        raise ValueError(f"--sandbox-user {name}: only root can run the student's code as another user")
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        raise ValueError(f"--sandbox-user {name}: no such user (create it with: useradd {name})") from None
+    if entry.pw_uid == 0:
+        raise ValueError(f"--sandbox-user {name}: expected an unprivileged user, got uid 0")
+    return Sandbox(name, entry.pw_uid, entry.pw_gid)
+
+
+def hand_over(path: Path, sandbox: Sandbox) -> None:
+    """Make ``path`` and everything under it the sandbox user's (symbolic links themselves, not their targets)."""
+    for p in [path, *path.rglob("*")]:
+        os.chown(p, sandbox.uid, sandbox.gid, follow_symlinks=False)
+
+
+def _end_processes_of(uid: int) -> None:
+    """Kill every process of ``uid``: nothing the student's code started outlives its check, to write into
+    the next check's folder."""
+    import signal
+
+    for _ in range(3):  # a process may fork while the others are killed
+        found = False
+        for status in Path("/proc").glob("[0-9]*/status"):
+            try:
+                uids = next(line for line in status.read_text().splitlines() if line.startswith("Uid:")).split()[1:]
+                if str(uid) in uids:
+                    os.kill(int(status.parent.name), signal.SIGKILL)
+                    found = True
+            except (OSError, StopIteration, ValueError):
+                continue  # a process that ended meanwhile
+        if not found:
+            return
+
+
+def _probe(exercise_id: str, student_root: Path, timeout: float, tmp: Path, salt: int, swaps: list,
+           sandbox: Optional[Sandbox] = None):
+    """Run probe.py on the student's package (as ``sandbox``'s user, if given); (status dict, outputs dict)."""
     outputs, status_path, swaps_path = tmp / "outputs.npz", tmp / "status.json", tmp / "swaps.json"
     # The student's process gets copies of the trusted files, not a path into the grader's install.
     for source in (PROBE_FILE, PROBE_FILE.parent / "trusted.py", PROBE_FILE.parent.parent / "numpytransformer" / "core" / "gradcheck.py"):
@@ -636,11 +687,19 @@ def _probe(exercise_id: str, student_root: Path, timeout: float, tmp: Path, salt
     env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     cmd = [sys.executable, "-I", str(tmp / "probe.py"), str(student_root), exercise_id, str(outputs),
            str(status_path), str(salt), str(swaps_path)]
+    user = {}
+    if sandbox is not None:
+        hand_over(tmp, sandbox)
+        env.update(HOME=str(tmp), USER=sandbox.user, LOGNAME=sandbox.user)
+        user = dict(user=sandbox.uid, group=sandbox.gid, extra_groups=[])
     try:
         proc = subprocess.run(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout)  # no terminal: a breakpoint() or input() fails at once
+                              timeout=timeout, **user)  # no terminal: a breakpoint() or input() fails at once
     except subprocess.TimeoutExpired:
         return {"status": "timeout"}, {}
+    finally:
+        if sandbox is not None:
+            _end_processes_of(sandbox.uid)
     try:
         status = json.loads(status_path.read_text(encoding="utf-8"))
         with np.load(outputs, allow_pickle=False) as f:
@@ -661,6 +720,26 @@ def depends_on(exercise_id: str) -> List[str]:
             seen.append(e)
             todo.extend(BY_ID[e].needs)
     return seen
+
+
+def grading_order(exercise_ids) -> List[str]:
+    """``exercise_ids`` in an order that grades each exercise after every one it depends on.
+
+    A check hands the student's process the reference code of what the exercise depends on
+    (:func:`reference_swaps`); graded first, those exercises gain nothing from it.
+    """
+    order: List[str] = []
+
+    def visit(eid: str) -> None:
+        if eid not in order:
+            for dep in depends_on(eid):
+                if dep in exercise_ids:
+                    visit(dep)
+            order.append(eid)
+
+    for eid in exercise_ids:
+        visit(eid)
+    return order
 
 
 def reference_swaps(exercise_id: str) -> List[dict]:
@@ -688,12 +767,14 @@ def reference_swaps(exercise_id: str) -> List[dict]:
 
 
 def _mend_broken_files(exercise_id: str, root: Path, tmp: Path) -> Path:
-    """``root``, or a copy of it in ``tmp`` where each file that does not compile is this library's.
+    """``root``, or a copy of it in ``tmp`` where each file that does not compile is the student edition's
+    (this library's, with every solution cut out: the student's process may read it).
 
     A syntax error in one file would stop the import of the whole package, and with it
-    every check; only the exercise whose own file it is should fail for it.
+    every check; only the exercise whose own file it is should fail for it. What the graded
+    exercise needs from the mended file is swapped in by the probe, as always.
     """
-    from .fences import package_dir
+    from .fences import package_dir, parse_fences, replace_fences, strip_solution_only, without_fast_forms
 
     own = package_dir()
     broken = []
@@ -708,10 +789,15 @@ def _mend_broken_files(exercise_id: str, root: Path, tmp: Path) -> Path:
     if not broken:
         return root
     copy = tmp / "student"
-    shutil.copytree(root / "numpytransformer", copy / "numpytransformer",
+    shutil.copytree(root / "numpytransformer", copy / "numpytransformer", symlinks=True,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for rel in broken:
-        shutil.copyfile(own.parent / rel, copy / rel)
+        text = (own.parent / rel).read_text(encoding="utf-8")
+        text = strip_solution_only(replace_fences(text, parse_fences(text, rel.as_posix())))
+        if rel == Path("numpytransformer", "core", "fast.py"):
+            text = without_fast_forms(text)
+        (copy / rel).unlink()
+        (copy / rel).write_text(text, encoding="utf-8")
     return copy
 
 
@@ -744,13 +830,14 @@ def _scored(g: Grader, entries: List[str]) -> tuple:
 
 
 def run_check(exercise_id: str, student_root=None, timeout: float = DEFAULT_TIMEOUT, salt: int = 0,
-              level: int = 3) -> Result:
+              level: int = 3, sandbox: Optional[Sandbox] = None) -> Result:
     """Grade one exercise of the ``numpytransformer`` package in ``student_root`` (default: this one's).
 
     ``salt`` 0 uses the public cases; any other draws fresh ones (only a full library, which
     computes its reference values live, can grade those). What the exercise depends on runs
     as this library's reference code (:func:`reference_swaps`), so it is graded on its own.
-    ``level`` is the hint step told (1, 2 or 3; see :mod:`.hints`).
+    ``level`` is the hint step told (1, 2 or 3; see :mod:`.hints`). With ``sandbox`` the
+    student's process runs as that user, who must be able to read ``student_root``.
     """
     from .fences import package_dir
 
@@ -763,7 +850,7 @@ def run_check(exercise_id: str, student_root=None, timeout: float = DEFAULT_TIME
         if not reference.REFERENCE_FILE.is_file():  # the teacher's grader: a file that does not compile
             # costs only the exercises in it
             root = _mend_broken_files(exercise_id, root, Path(tmp))
-        status, got = _probe(exercise_id, root, timeout, Path(tmp), salt, swaps)
+        status, got = _probe(exercise_id, root, timeout, Path(tmp), salt, swaps, sandbox)
     previous, trusted.SALT = trusted.SALT, salt
     try:
         exp = reference.expected(exercise_id)

@@ -506,14 +506,35 @@ def _placeholder_lines(text: str, exercise_id: str, qualname: str) -> List[int]:
             if line.strip().startswith(marker) and enclosing_function(text, n) == qualname]
 
 
-def release(ids, student_dir, pkg: Optional[Path] = None) -> List[str]:
-    """Write the reference solutions of exercises ``ids`` into a student's existing folder.
+def _code(text: str, qualname: str) -> Optional[str]:
+    """The code of the def ``qualname`` in ``text``, docstring and comments aside (None if there is none):
+    equal for two versions of a function that differ only in what a reader sees."""
+    try:
+        node = copy.deepcopy(function_node(text, qualname))
+    except (KeyError, SyntaxError, ValueError):
+        return None
+    first = node.body[0] if node.body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        node.body = node.body[1:]
+    return ast.dump(node)
 
-    Only those solutions change: where the student's file still raises the edition's
-    ``NotImplementedError`` for the exercise, that line becomes the fenced code; where the
-    student wrote code instead, their version of the function is replaced by the reference
-    one. Every other line of the student's stays as it is. Returns what was done, one line
-    each; :class:`BuildError` (nothing written) if an id, the folder or a function is missing.
+
+def solution_file(path: Path) -> Path:
+    """Where :func:`release` writes the solutions of functions the student changed: ``attention.py`` ->
+    ``attention.solution.py`` (not importable: the student's own module stays the one that runs)."""
+    return path.with_name(f"{path.stem}.solution{path.suffix}")
+
+
+def release(ids, student_dir, pkg: Optional[Path] = None) -> List[str]:
+    """Write the reference solutions of exercises ``ids`` into a student's existing folder, overwriting
+    nothing the student wrote.
+
+    Where the student's function is still the edition's (its ``NotImplementedError`` in place,
+    nothing else changed but comments), that line becomes the fenced code. Where the student
+    changed the function, it stays as they wrote it and the solution goes beside it, into
+    :func:`solution_file`. Lesson cells likewise (:func:`_release_notebooks`). Returns what was
+    done, one line each; :class:`BuildError` (nothing written) if an id, the folder or a file
+    is missing.
     """
     pkg = package_dir() if pkg is None else Path(pkg).resolve()
     keep = _parse_solved(ids)
@@ -530,6 +551,7 @@ def release(ids, student_dir, pkg: Optional[Path] = None) -> List[str]:
     if missing:
         raise BuildError(f"no fence for exercise(s) {', '.join(missing)} in {pkg}; release from the full repository")
     texts: Dict[str, str] = {}
+    beside: Dict[str, List[str]] = {}
     done = []
     for fence in fences:
         source = (pkg.parent / fence.path).read_text(encoding="utf-8")
@@ -542,22 +564,24 @@ def release(ids, student_dir, pkg: Optional[Path] = None) -> List[str]:
         text = texts[fence.path]
         lines = text.splitlines(keepends=True)
         newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
-        raises = _placeholder_lines(text, fence.id, qualname)
-        if raises:
+        mine = _code(text, qualname)
+        edition = _code(replace_fences(source, parse_fences(source, fence.path)), qualname)
+        raises = _placeholder_lines(text, fence.id, qualname) if mine is not None else []
+        if raises and mine == edition:
             body = source.splitlines(keepends=True)[fence.begin:fence.end - 1]
             lines[raises[0] - 1:raises[0]] = [line.rstrip("\r\n") + newline for line in body]
             done.append(f"{fence.id}: {fence.path} {qualname}, the raise line replaced by the solution")
+        elif mine is not None and mine == _code(source, qualname):
+            done.append(f"{fence.id}: {fence.path} {qualname} is the solution already")
         else:
-            try:
-                first, last = function_span(text, qualname)
-            except (KeyError, SyntaxError) as e:
-                raise BuildError(f"{target}: cannot find {qualname} in the student's file ({e})") from None
-            indent = lines[first - 1][:len(lines[first - 1]) - len(lines[first - 1].lstrip())]
             # As the student edition prints it: no fence lines, no solution-only docstring block.
             reference = [line for line in strip_solution_only(function_source(source, qualname)).splitlines()
                          if not (_BEGIN.match(line) or _END.match(line))]
-            lines[first - 1:last] = [(indent + line if line.strip() else "") + newline for line in reference]
-            done.append(f"{fence.id}: {fence.path} {qualname}, the student's version replaced by the solution")
+            beside.setdefault(fence.path, []).append(
+                f"# Exercise {fence.id}: {qualname} of {Path(fence.path).name}, released. Your own version there is kept "
+                f"as you wrote it.\n" + "\n".join(reference) + "\n")
+            done.append(f"{fence.id}: {fence.path} {qualname} is your own: kept as you wrote it, the solution written "
+                        f"beside it in {solution_file(Path(fence.path)).as_posix()}")
         texts[fence.path] = "".join(lines)
     for rel, text in texts.items():
         try:
@@ -567,6 +591,11 @@ def release(ids, student_dir, pkg: Optional[Path] = None) -> List[str]:
                              f"({e.msg}, line {e.lineno}); nothing was written") from None
     for rel, text in texts.items():
         (student / rel).write_text(text, encoding="utf-8")
+    for rel, parts in beside.items():
+        path = solution_file(student / rel)
+        old = path.read_text(encoding="utf-8") if path.is_file() else ""
+        new = [part for part in parts if part.splitlines()[0] not in old.splitlines()]
+        path.write_text("\n\n".join(part.rstrip("\n") for part in [old, *new] if part) + "\n", encoding="utf-8")
     return done + _release_notebooks(keep, pkg.parent / "lessons", student / "lessons")
 
 
@@ -576,8 +605,9 @@ def _source(cell: dict) -> str:
 
 def _release_notebooks(keep, lessons: Path, student_lessons: Path) -> List[str]:
     """Put the lesson cells that hold the solutions of ``keep`` (fenced, or derivations hidden from the
-    edition) back into the student's notebooks, found by cell id, so that the lessons run on. Every other
-    cell, and any cell the student added, stays as it is."""
+    edition) back into the student's notebooks, found by cell id, so that the lessons run on. A cell still
+    as the edition had it is replaced; one the student wrote in stays as it is, the solution in a new
+    cell after it. Every other cell, and any cell the student added, stays as it is."""
     done = []
     for src in sorted(lessons.glob("*.ipynb")):
         target = student_lessons / src.name
@@ -588,20 +618,38 @@ def _release_notebooks(keep, lessons: Path, student_lessons: Path) -> List[str]:
         for nb, kept in ((released, keep), (held, ())):
             hide_derivations(nb, src.name, kept)
             cut_notebook(nb, src.name, kept)
-        cells = {r["id"]: r for r, h in zip(released["cells"], held["cells"]) if _source(r) != _source(h)}
+        cells = {r["id"]: (r, h) for r, h in zip(released["cells"], held["cells"]) if _source(r) != _source(h)}
         if not cells:
             continue
         nb = json.loads(target.read_text(encoding="utf-8"))
-        n = 0
-        for cell in nb["cells"]:
-            if cell.get("id") in cells:
-                cell["source"] = cells[cell["id"]]["source"]
+        ids = {cell.get("id") for cell in nb["cells"]}
+        replaced, kept = 0, []
+        for c, cell in reversed(list(enumerate(nb["cells"]))):
+            if cell.get("id") not in cells:
+                continue
+            solution, edition = cells[cell["id"]]
+            if _source(cell).strip() == _source(solution).strip():
+                continue
+            if _source(cell).strip() == _source(edition).strip():
+                cell["source"] = solution["source"]
                 if cell.get("cell_type") == "code":
                     cell["outputs"], cell["execution_count"] = [], None
-                n += 1
-        if n:
+                replaced += 1
+                continue
+            kept.append(c)  # the student wrote in it
+            if f"{cell['id']}-solution" not in ids:
+                new = copy.deepcopy(solution)
+                new["id"] = f"{cell['id']}-solution"
+                if new.get("cell_type") == "code":
+                    new["outputs"], new["execution_count"] = [], None
+                nb["cells"].insert(c + 1, new)
+        if replaced or kept:
             _write_notebook(target, nb)
-            done.append(f"lessons/{src.name}: {n} cell(s) of the released solutions put back")
+            told = [f"{replaced} cell(s) of the released solutions put back"] if replaced else []
+            if kept:
+                told.append(f"cell(s) {', '.join(map(str, sorted(kept)))} are yours: kept as you wrote them, the "
+                            "solution in a new cell after each")
+            done.append(f"lessons/{src.name}: " + "; ".join(told))
     return done
 
 

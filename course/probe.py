@@ -266,10 +266,10 @@ def decoding_model(lib):
 
         def _decode_step(self, tokens, memory, src_mask, kv_caches, position):
             for cache in kv_caches:
-                store = cache["self"]
+                store = cache.setdefault("self", {})  # as the library's decoder layer does
                 if position == 0:
                     for part in ("k", "v"):
-                        store[part] = np.zeros((tokens.shape[0], store["room"]), dtype=np.int64)
+                        store[part] = np.zeros((tokens.shape[0], cfg.max_len), dtype=np.int64)
                 for part in ("k", "v"):
                     store[part][:, position] = tokens[:, 0]
             prefixes = [cache["self"][part][:, :position + 1] for cache in kv_caches for part in ("k", "v")]
@@ -366,7 +366,8 @@ def swap_in(swaps) -> None:
     source as text, or compiled).
     The reference ``def`` runs in the student's module, so it uses that module's helpers; a
     module function is also replaced wherever another module imported it by name
-    (``from .linear import linear_backward``), a method on its class.
+    (``from .linear import linear_backward``), a method on its class, and the kernels the
+    Modules run (``core.kernels``) are bound again, to the functions now in place.
     """
     modules = {name: m for name, m in sys.modules.items() if name == "numpytransformer"
                or name.startswith("numpytransformer.")}
@@ -388,6 +389,9 @@ def swap_in(swaps) -> None:
         for m in list(modules.values()) + [module]:
             if m is module or (old is not None and getattr(m, name, None) is old):
                 setattr(m, name, namespace[name])
+    fast = sys.modules.get("numpytransformer.core.fast")
+    if fast is not None:  # the kernels were bound to the functions the swaps replaced: bind them again
+        fast.use_fast(fast.enabled())
 
 
 def _where(exc: BaseException, pkg: Path) -> str:

@@ -112,8 +112,7 @@ PROBES: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
     "4.1": ("attention", "core.attention", ("attention_forward",)),
     "4.2": ("pair", "core.attention", ("attention_forward", "attention_backward")),
     "5.1": ("heads", "core.multihead", ("split_heads", "merge_heads")),
-    "5.2": ("pair", "core.multihead", ("plain_multihead_attention_forward", "plain_multihead_attention_backward",
-                                  "multihead_attention_forward", "multihead_attention_backward")),
+    "5.2": ("pair", "core.multihead", ("multihead_attention_forward", "multihead_attention_backward")),
     "6.1": ("pair", "core.layernorm", ("layernorm_forward", "layernorm_backward")),
     "6.2": ("pair", "core.feedforward", ("ffn_forward", "ffn_backward")),
     "7.1": ("encoder_layer", "nn.blocks", ("EncoderLayer",)),
@@ -319,7 +318,7 @@ PROBES.update({
     "9.2": ("beam", "nn.decoding", ("beam_search",)),
     "11.1": ("seeds", "sweep", ("over_seeds",)),
     "12.2": ("sampling", "nn.sampling", ("next_token_probs", "top_k_filter", "top_p_filter", "sample_from")),
-    "12.3": ("pair", "nn.gpt", ("lm_loss_forward", "lm_loss_backward")),
+    "12.3": ("pair", "core.losses", ("lm_loss_forward", "lm_loss_backward")),
 })
 
 DECODER_LAYER = dict(d_model=6, n_heads=2, d_ff=10, dropout=0.2, seed=41, param_seed=42, x_seed=43, dout_seed=44)

@@ -1,7 +1,7 @@
 """Command line: ``python -m numpytransformer COMMAND ...`` (``--help`` on each command).
 
-``train TASK`` takes flags generated from the task's data settings, :class:`ModelSettings` and
-:class:`TrainConfig` (unset flags take the task's recipe). The other commands load a checkpoint
+``train TASK`` takes the flags declared on the fields of the task's data settings,
+:class:`ModelSettings` and :class:`TrainConfig` (unset flags take the task's recipe). The other commands load a checkpoint
 and ask its task to evaluate, predict, draw or generate.
 """
 from __future__ import annotations
@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+import numpy as np
+
 from .training.checkpoint import (
     CheckpointError,
     average_checkpoints,
@@ -26,11 +28,11 @@ from .nn.config import SEED_MAX
 from .nn.ensemble import Ensemble
 from .errors import NumpyTransformerError
 from .nn.models import Transformer, TransformerClassifier
-from .training.parallel import launched_rank, launched_ranks, print_traceback_and_stop, stop_run, world
+from .training.parallel import first_rank_speaks, launched_ranks, print_traceback_and_stop, stop_run, world
 from .training.settings import ModelSettings, add_flags, flag_of, given_values, whole_number
 from .tasks.base import TASKS, task_class, task_from_dict
 from .tasks.reverse import ReversalTask, ReverseData
-from .training.trainer import TrainConfig, Trainer, kept_epochs
+from .training.trainer import LATER_FIELDS, TrainConfig, Trainer, kept_epochs
 
 __all__ = ["main", "build_parser", "load_for_inference", "load_ensemble"]
 
@@ -156,8 +158,7 @@ def _check_out(args) -> None:
 
 def cmd_train(args) -> None:
     comm = world()  # under mpiexec -n N: train data-parallel on N ranks
-    if comm.rank:  # one writer: the other ranks print nothing (errors still reach stderr)
-        sys.stdout = open(os.devnull, "w")
+    comm.only_writer_prints()
     cls = task_class(args.task)
     _check_out(args)
     given_train = given_values(args, TrainConfig)
@@ -171,13 +172,17 @@ def cmd_train(args) -> None:
         if changed:
             raise NumpyTransformerError(f"--resume continues the run as it was; only training options can change "
                                         f"(not {', '.join(changed)})")
-        missing = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in doc["train"]]
+        saved = {**LATER_FIELDS, **doc["train"]}  # an older run's checkpoint lacks the later fields
+        missing = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in saved]
         try:
             if missing:  # no silent defaults
                 raise TypeError(f"{', '.join(missing)} missing")
-            train_cfg = dataclasses.replace(TrainConfig(**doc["train"]), **given_train)
+            train_cfg = dataclasses.replace(TrainConfig(**saved), **given_train)
         except (TypeError, NumpyTransformerError) as e:
             raise CheckpointError(f"{ck / 'checkpoint.json'}: field train does not fit ({e})") from None
+        if doc["epoch"] >= train_cfg.epochs:
+            raise NumpyTransformerError(f"--resume: {ck} holds epoch {doc['epoch']}, already at --epochs "
+                                        f"{train_cfg.epochs}: nothing to train; raise --epochs to continue")
     else:
         data = cls.Data(**given_values(args, cls.Data))
         model_default, train_default = cls.recipe(data)
@@ -198,9 +203,10 @@ def cmd_train(args) -> None:
         task.pretrain(model, train_cfg)
         comm.bcast_arrays(model.parameters())
     start, first = time.perf_counter(), trainer.optimizer.t
-    trainer.fit()
+    with comm.training():
+        trainer.fit()
     print(f"trained {trainer.optimizer.t - first} updates in {time.perf_counter() - start:.1f} s", flush=True)
-    if comm.rank:  # the final test runs once, on rank 0
+    if not comm.is_writer:  # the final test runs once, on rank 0
         return
     ck = resolve_checkpoint(args.out)
     load_checkpoint(ck, model)
@@ -212,20 +218,37 @@ def cmd_train(args) -> None:
 
 
 # ---- using a checkpoint ---------------------------------------------------------------------
+@contextlib.contextmanager
+def finite_outputs(ck):
+    """Run a loaded model whose every step must stay finite. Weights that pass the load's checks
+    but still overflow the forward pass stop the command with one line, instead of the padding
+    (or the NaN metrics) that non-finite logits would give."""
+    with np.errstate(over="raise", invalid="raise"):
+        try:
+            yield
+        except FloatingPointError:
+            raise CheckpointError(f"{ck}: the model's output is not finite: its weights are damaged; use "
+                                  "another checkpoint or train again") from None
+
+
 def cmd_eval(args) -> None:
     task, model, ck = load_ensemble(args.checkpoint, args.data_dir, beam=args.beam)
-    print(f"{ck}: {_fmt(task.evaluate(model, n=args.n, seed=args.seed, beam=args.beam))}")
+    with finite_outputs(ck):
+        metrics = task.evaluate(model, n=args.n, seed=args.seed, beam=args.beam)
+    print(f"{ck}: {_fmt(metrics)}")
 
 
 def cmd_predict(args) -> None:
     """``predict``, ``translate`` and ``classify``: one given text, or each line of stdin."""
-    task, model, _ = load_ensemble(args.checkpoint, need=args.need, beam=args.beam)
+    task, model, ck = load_ensemble(args.checkpoint, need=args.need, beam=args.beam)
     if args.text is not None:
         task.check_input(args.text)  # stdin keeps its empty lines; one given text must hold something
     lines = [args.text] if args.text is not None else read_stdin().split("\n")
     if args.text is None and lines[-1] == "":
         lines.pop()  # the last line's end, not an empty line after it
-    for out in task.predict(model, lines, beam=args.beam):
+    with finite_outputs(ck):
+        outputs = task.predict(model, lines, beam=args.beam)
+    for out in outputs:
         print(out)
 
 
@@ -386,17 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
-    """The parsed command line. Under mpiexec every rank parses the same arguments and meets the
-    same error (or ``--help``): rank 0 alone prints it."""
-    if not launched_rank():
-        return build_parser().parse_args(argv)
-    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
-        return build_parser().parse_args(argv)
-
-
 def main(argv: Optional[List[str]] = None) -> int:
-    args = _parse(argv)
+    with first_rank_speaks():  # under mpiexec every rank meets the same parse error (or --help)
+        args = build_parser().parse_args(argv)
     if launched_ranks() > 1 and args.command != "train":  # each rank would run it, and write, on its own
         return stop_run(f"error: {args.command} runs in one process, not on {launched_ranks()} ranks: start it "
                         "without mpiexec (only train runs data-parallel)", 2)
@@ -417,13 +432,14 @@ def _run(args) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the final flush is quiet
         except (OSError, ValueError):
             pass
-        if launched_ranks() > 1:  # the other ranks would wait in the next allreduce for ever
-            return stop_run("error: the output was closed (broken pipe)", 141)
+        if launched_ranks() > 1:  # rank 0 alone prints: the others would wait in the next allreduce for ever
+            return stop_run("error: the output was closed (broken pipe)", 141, alone=True)
         return 141
     except (NumpyTransformerError, OSError, FloatingPointError) as e:
         if os.environ.get("NUMPYTRANSFORMER_DEBUG"):
             raise
-        return stop_run(f"error: {e}", 2)
+        # A diverged loss or validation: every rank computed it from the same sums.
+        return stop_run(f"error: {e}", 2, alone=False if isinstance(e, FloatingPointError) else None)
     except KeyboardInterrupt:
         return stop_run("interrupted", 130)
     return 0

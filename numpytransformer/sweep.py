@@ -25,7 +25,8 @@ from .tasks.reverse import ReversalTask, ReverseData
 from .training.trainer import Trainer, TrainConfig
 
 __all__ = ["FACTORS", "DEFAULT_GRID", "sweep_settings", "run_sweep", "factor_effects", "write_report",
-           "default_sweep_train", "SeedSummary", "t_quantile", "over_seeds"]
+           "default_sweep_train", "SeedSummary", "t_quantile", "over_seeds", "BootstrapComparison",
+           "paired_bootstrap"]
 
 #: The factors a sweep can vary: name -> (which settings, the field it sets).
 FACTORS = {"layers": ("model", "n_layers"), "heads": ("model", "n_heads"), "d_model": ("model", "d_model"),
@@ -200,6 +201,77 @@ def over_seeds(train: Callable[[int], float], seeds: Sequence[int]) -> SeedSumma
     return SeedSummary(tuple(values.tolist()), float(mean), float(std), float(sem), float(mean - half),
                        float(mean + half))
     ### END SOLUTION
+
+
+class BootstrapComparison(NamedTuple):
+    """Two systems compared on resamples of one test set (:func:`paired_bootstrap`)."""
+
+    delta: float  # metric(A) - metric(B) on the test set itself
+    win_rate: float  # the share of resamples on which A scores strictly higher than B
+    low: float  # the percentile interval of the difference over the resamples (95% by default)
+    high: float
+
+
+def paired_bootstrap(stats_a, stats_b, metric: Callable[[np.ndarray], float], n: int = 1000, seed: int = 0,
+                     level: float = 0.95) -> BootstrapComparison:
+    """Is system A better than system B on this test set, or did it draw lucky sentences?
+
+    Paired bootstrap resampling (Koehn, 2004): draw S sentences with replacement from the S of the
+    test set, the *same* draw for both systems, and score both on it; repeat n times. The share
+    of draws that A wins estimates how sure one may be that A is better (A wins at least 95% of
+    them: better "at 95%"), and the middle ``level`` of the differences is an interval for
+    :math:`\Delta = \text{metric}(A) - \text{metric}(B)`:
+
+    .. math:: \Delta^{*}_j = \text{metric}\Big(\sum_{i \in I_j} a_i\Big)
+              - \text{metric}\Big(\sum_{i \in I_j} b_i\Big),\qquad I_j \sim \mathcal{U}\{1..S\}^S
+
+    The metric reads statistics summed over sentences, so corpus-level measures that are not
+    means of sentence scores (BLEU, chrF) resample correctly. Where lesson 11's
+    :func:`over_seeds` measures the spread due to the training seed, this measures the spread due
+    to the choice of test sentences: a sibling of its t-interval.
+
+    Parameters
+    ----------
+    stats_a, stats_b : array (S, ...)
+        Each system's sufficient statistics per sentence (such as
+        :func:`~numpytransformer.text.chrf.chrf_statistics`), row i for sentence i of both.
+    metric : function of the summed statistics (...) -> float
+        Such as :func:`~numpytransformer.text.chrf.chrf_from_statistics`; for a mean of sentence
+        scores, rows ``(score, 1)`` and ``metric = lambda s: s[0] / s[1]``.
+    n : int
+        Resamples, from 1 to 1,000,000.
+    seed : int
+        Seed of the draws: the same seed, the same answer.
+    level : float
+        Coverage of the interval, in (0, 1).
+
+    Returns
+    -------
+    BootstrapComparison
+    """
+    a, b = np.asarray(stats_a), np.asarray(stats_b)
+    if a.ndim < 1 or len(a) < 1 or a.shape != b.shape or a.dtype.kind not in "iuf" or b.dtype.kind not in "iuf":
+        raise NumpyTransformerError(f"stats_a and stats_b must be arrays of numbers of the same shape (sentences, "
+                                    f"...), one row per sentence, got shapes {a.shape} and {b.shape}")
+    if not callable(metric):
+        raise NumpyTransformerError(f"metric must be a function of the summed statistics, got {type(metric).__name__}")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= 10 ** 6:
+        raise NumpyTransformerError(f"n must be a whole number of resamples from 1 to 1,000,000, got {n!r}")
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise NumpyTransformerError(f"level must be a number in (0, 1), got {level!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise NumpyTransformerError(f"seed must be a whole number >= 0, got {seed!r}")
+    rng = np.random.default_rng(seed)
+    S = len(a)
+    # exercise: bootstrap — n resampled test sets shared by both systems, the difference of the metric on each, the share A wins and the percentile interval
+    deltas = np.empty(n)
+    for j in range(n):
+        rows = rng.integers(0, S, size=S)  # S sentences drawn with replacement: one draw for both systems
+        deltas[j] = metric(a[rows].sum(axis=0)) - metric(b[rows].sum(axis=0))
+    win_rate = float(np.mean(deltas > 0))
+    low, high = np.quantile(deltas, [(1 - level) / 2, (1 + level) / 2])
+    delta = float(metric(a.sum(axis=0)) - metric(b.sum(axis=0)))
+    return BootstrapComparison(delta, win_rate, float(low), float(high))
 
 
 def write_report(records: List[dict], out_dir, title: str = "Reversal ablation") -> Path:

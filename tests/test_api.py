@@ -1,4 +1,4 @@
-"""The public API as the issue shows it, run exactly as written (the README's own example is run
+"""The public API as its usage example shows it, run exactly as written (the README's own example is run
 by tests/test_docs.py)."""
 from __future__ import annotations
 

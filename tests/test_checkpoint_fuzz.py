@@ -1,4 +1,4 @@
-"""Hand-damaged checkpoints through ``predict``, ``eval`` and ``train --resume`` (issue 22).
+"""Hand-damaged checkpoints through ``predict``, ``eval`` and ``train --resume``.
 
 One tiny reversal run is trained once; every case copies it, damages ``best/`` and
 ``last/`` the same way (a field of ``checkpoint.json`` removed or retyped, an ``.npz``
@@ -8,7 +8,7 @@ must give exit status 2 and exactly one line on standard error, ``error: ...``, 
 the file or the field, with no traceback and nothing on standard output. Three cases
 run in a real process as well, to show that nothing else reaches the terminal.
 
-Cases, counted from the table by entry point: predict 83, eval 83, --resume 101 (267 in all),
+Cases, counted from the table by entry point: predict 84, eval 84, --resume 102 (270 in all),
 and the undamaged control; a separate test adds 12 damaged vocabularies (``task.state``) of the
 translation, sentiment and language-model tasks through predict and eval. On the library before this file's commit, 19 failed: 4 raw
 tracebacks (an ``.npy`` as weights, three entry points; step records that are not
@@ -20,6 +20,7 @@ not records) and 8 clear errors that did not name the field. Now: 0 of each.
 import hashlib
 import io
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -227,6 +228,7 @@ CASES = [
     ("weights-nan", arrays("weights", _set_first(lambda a: np.full_like(a, np.nan))), ALL, "NaN"),
     ("weights-inf", arrays("weights", _set_first(lambda a: np.full_like(a, np.inf))), ALL, "NaN or infinite"),
     ("weights-one-nan", arrays("weights", _set_first(lambda a: np.where(a == a.flat[0], np.nan, a))), ALL, "NaN"),
+    ("weights-huge", arrays("weights", _set_first(lambda a: np.full_like(a, 3e38))), ALL, "magnitude 3e+38"),
     ("weights-missing-array", arrays("weights", lambda n: n.pop(_first(n))), ALL, "missing"),
     ("weights-extra-array", arrays("weights", lambda n: n.update(extra=np.zeros(2, np.float32))), ALL, "unexpected"),
     ("weights-wrong-shape", arrays("weights", _set_first(lambda a: np.zeros(a.shape + (1,), a.dtype))), ALL, "expects"),
@@ -327,3 +329,32 @@ def test_a_damaged_vocabulary_gives_one_clear_line(base_run, tmp_path, capsys, n
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("error:"), err
     assert "task" in err and "Traceback" not in err
+
+
+def _all_huge(named):
+    for k in named:
+        named[k] = np.full_like(named[k], 3e38)
+
+
+@pytest.mark.parametrize("entry", ["predict", "eval"])
+def test_weights_that_overflow_the_forward_pass_are_named_damaged(base_run, tmp_path, capsys, monkeypatch, entry):
+    """Finite weights that pass every load check (here the magnitude bound is lifted) but give
+    non-finite outputs: one line saying the weights are damaged, not padding and exit 0."""
+    from numpytransformer.training import checkpoint
+
+    monkeypatch.setattr(checkpoint, "WEIGHT_LIMIT", math.inf)
+    run = _damaged_copy(base_run, tmp_path, arrays("weights", _all_huge))
+    code = main(_argv(entry, run))
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("error: "), (code, out, err)
+    assert "not finite" in err and "weights are damaged" in err, err
+
+
+def test_the_weights_of_a_trained_model_are_far_within_the_bound(base_run):
+    """The magnitude bound refuses damage, not training: the tiny run's weights stay a thousandfold within it."""
+    from numpytransformer.training.checkpoint import WEIGHT_LIMIT
+
+    for which in ("best", "last"):
+        with np.load(base_run / which / _doc(base_run / which)["files"]["weights"]["name"]) as z:
+            assert max(np.abs(z[k]).max() for k in z.files) < WEIGHT_LIMIT / 1000
+

@@ -1,6 +1,9 @@
 """The command line end to end on tiny runs: train (one generic path for every task),
-predict (argument and stdin), eval, attention, translate, resume, the generated flags and
+predict (argument and stdin), eval, attention, translate, resume, the declared flags and
 their help, and bad arguments: one line on stderr and exit 2, never a traceback."""
+import argparse
+import dataclasses
+import inspect
 import io
 import json
 import re
@@ -16,8 +19,8 @@ from numpytransformer.cli import build_parser, load_for_inference, main
 from numpytransformer.nn.config import TransformerConfig
 from numpytransformer.errors import NumpyTransformerError
 from numpytransformer.nn.models import TransformerClassifier
-from numpytransformer.training.settings import given_values
-from numpytransformer.tasks.base import task_class
+from numpytransformer.training.settings import ModelSettings, flag_of, given_values
+from numpytransformer.tasks.base import TASKS, task_class
 from numpytransformer.tasks.reverse import ReversalTask, ReverseData
 from numpytransformer.tasks.translate import TranslationTask
 from numpytransformer.training.trainer import TrainConfig
@@ -217,9 +220,14 @@ def test_resume_continues_and_refuses_changed_model_or_data_flags(run_dir, tmp_p
     assert code == 0 and err == ""
     assert f"resumed from {out / 'last'} after epoch 1" in shown and "epochs=3" in shown
     assert len(json.loads((out / "history.json").read_text())["epochs"]) == 3
-    # A finished run resumes to nothing more.
-    code, shown, err = _run(["train", "reverse", "--resume", "--epochs", "3", "--out", str(out)], capsys)
-    assert code == 0 and "trained 0 updates in " in shown
+    # A finished run is refused, in one line, at --epochs and below; the run stays as it was.
+    history = (out / "history.json").read_text()
+    for epochs in ("3", "2"):
+        code, shown, err = _run(["train", "reverse", "--resume", "--epochs", epochs, "--out", str(out)], capsys)
+        assert (code, shown) == (2, "")
+        assert err == (f"error: --resume: {out / 'last'} holds epoch 3, already at --epochs {epochs}: nothing to "
+                       "train; raise --epochs to continue\n")
+    assert (out / "history.json").read_text() == history
 
 
 def test_the_tagger_reads_its_output_off_and_refuses_a_beam(tmp_path, capsys):
@@ -329,6 +337,36 @@ def test_zero_turns_clipping_and_the_time_budget_off(tmp_path, capsys, monkeypat
 
 
 # ---- help ------------------------------------------------------------------------------------------
+SETTINGS = [TrainConfig, ModelSettings, *(task_class(name).Data for name in TASKS)]
+
+
+@pytest.mark.parametrize("cls", SETTINGS, ids=lambda c: c.__name__)
+def test_each_flag_is_written_where_its_field_is_declared(cls):
+    """Every field of a settings dataclass declares its flag's whole text, which appears in the
+    source of the class (a search for it lands there), once; no two fields share a flag."""
+    source = inspect.getsource(cls)
+    flags = [flag_of(cls, f.name) for f in dataclasses.fields(cls)]
+    assert len(set(flags)) == len(flags)
+    for f in dataclasses.fields(cls):
+        flag = f.metadata["flag"]
+        assert re.search(rf"\b{f.name}: .*= option\(\"{flag}\", ", source), f.name
+        assert source.count(f'"{flag}"') == 1, flag
+
+
+@pytest.mark.parametrize("task", list(TASKS))
+def test_the_parser_has_exactly_the_declared_flags(task):
+    """The flags of ``train TASK`` that set settings are those the dataclasses declare, each setting
+    its own field: the fields and the flags cannot drift apart."""
+    cls = task_class(task)
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    train = next(a for a in sub.choices["train"]._actions if isinstance(a, argparse._SubParsersAction))
+    parser = train.choices[task]
+    declared = {flag_of(c, f.name): f"{c.__name__}.{f.name}" for c in (cls.Data, ModelSettings, TrainConfig)
+                for f in dataclasses.fields(c)}
+    parsed = {a.option_strings[0]: a.dest for a in parser._actions if "." in a.dest}
+    assert parsed == declared
+
+
 @pytest.mark.parametrize("task, shown", [
     ("reverse", ["--heads N", "--d-model N", "--tie, --no-tie", "--formulation {seq2seq,tagger}",
                  "--n-symbols N", "--epochs N", "--accum N", "--clip X", "--resume", "--out OUT"]),

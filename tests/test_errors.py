@@ -18,6 +18,9 @@ from numpytransformer.nn.modules import LayerNorm
 from numpytransformer.nn.modules import Linear
 from numpytransformer.core.losses import cross_entropy
 from numpytransformer.nn.modules import MultiHeadAttention
+from numpytransformer.nn.ensemble import Ensemble
+from numpytransformer.nn.modules import (Embedding, FeedForward, LearnedPositionalEmbedding, PositionalEncoding,
+                                         RegionEmbedding)
 
 PAD = 0
 SRC = np.array([[3, 4, 5, PAD], [2, 6, PAD, PAD]])  # (B=2, S=4)
@@ -108,7 +111,7 @@ def test_mismatched_batch_sizes(model):
 def test_d_model_not_divisible_by_n_heads():
     with pytest.raises(NumpyTransformerError, match=r"d_model=10 must be divisible by n_heads=3"):
         cfg(d_model=10, n_heads=3)
-    with pytest.raises(ValueError, match=r"d_model=10 must be divisible by n_heads=4"):
+    with pytest.raises(NumpyTransformerError, match=r"d_model=10 must be divisible by n_heads=4"):
         MultiHeadAttention(10, 4, np.random.default_rng(0))
 
 
@@ -331,3 +334,34 @@ def test_learned_positions_are_refused_where_they_would_be_ignored(model):
     with pytest.raises(NumpyTransformerError, match=f"positions='learned' is the language model's .TransformerLM.; "
                                                     f"a {model.__name__} adds the paper's sinusoids"):
         model(cfg)
+
+
+def _rng():
+    return np.random.default_rng(0)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: Linear(-1, 4, _rng()), "d_in must be an integer >= 1, got -1"),
+    (lambda: Linear(4, 2.5, _rng()), r"d_out must be an integer, got 2.5 \(float\)"),
+    (lambda: MultiHeadAttention(4, 0, _rng()), "n_heads must be an integer >= 1, got 0"),
+    (lambda: MultiHeadAttention(0, 2, _rng()), "d_model must be an integer >= 1, got 0"),
+    (lambda: Embedding(0, 4, _rng()), "vocab_size must be an integer >= 1, got 0"),
+    (lambda: Embedding(5, 4, _rng(), pad_id=5), r"pad_id must be an integer in \[0, 4\], got 5"),
+    (lambda: Embedding(5, 4, _rng(), pad_id=-1), r"pad_id must be an integer in \[0, 4\], got -1"),
+    (lambda: RegionEmbedding(5, 4, 0, _rng()), "k must be an integer >= 1, got 0"),
+    (lambda: RegionEmbedding(5, 4, 1, _rng(), pad_id=7), r"pad_id must be an integer in \[0, 4\], got 7"),
+    (lambda: LayerNorm(0), "d_model must be an integer >= 1, got 0"),
+    (lambda: FeedForward(4, 0, _rng()), "d_ff must be an integer >= 1, got 0"),
+    (lambda: PositionalEncoding(0, 4), "max_len must be an integer >= 1, got 0"),
+    (lambda: LearnedPositionalEmbedding(5, 4, _rng(), std=float("nan")), r"std must be a finite number in \[0, inf\)"),
+    (lambda: LearnedPositionalEmbedding(5, 4, _rng(), std=-0.02), r"std must be a finite number in \[0, inf\)"),
+    (lambda: Ensemble([None]), r"models\[0\]: expected a Transformer or a TransformerClassifier, got NoneType"),
+], ids=["Linear-d_in", "Linear-d_out", "MHA-n_heads", "MHA-d_model", "Embedding-vocab_size", "Embedding-pad_id-high",
+        "Embedding-pad_id-low", "RegionEmbedding-k", "RegionEmbedding-pad_id", "LayerNorm-d_model", "FeedForward-d_ff",
+        "PositionalEncoding-max_len", "LearnedPositionalEmbedding-std-nan", "LearnedPositionalEmbedding-std-negative",
+        "Ensemble-None"])
+def test_module_sizes_are_checked_where_they_are_given(make, message):
+    """A size, an id or a scale that would fail later (in NumPy, in forward, or silently as NaN
+    weights) is refused by the constructor, naming it."""
+    with pytest.raises(NumpyTransformerError, match=message):
+        make()

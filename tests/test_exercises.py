@@ -43,7 +43,7 @@ from course.reference import compute
 ROOT = package_dir().parent
 IDS = [e.id for e in EXERCISES]
 #: Exercises whose solution is split over several fences (several functions), and how many.
-FENCE_COUNTS = {"5.1": 2, "5.2": 2, "7.2": 2, "8.3": 2, "12.2": 4, "12.3": 2}
+FENCE_COUNTS = {"5.1": 2, "7.2": 2, "8.3": 2, "12.2": 4, "12.3": 2}
 
 
 def _env():
@@ -232,7 +232,7 @@ def test_reference_adam_is_textbook_adam():
 def test_reference_gradients_are_finite_differences_of_the_library():
     """The grader's trusted numerical gradient agrees with the library's analytic backward (the tests' check)."""
     pairs = [(e, j) for e, (kind, _, names) in trusted.PROBES.items() if kind == "pair" for j in range(len(names) // 2)]
-    assert len(pairs) == 11  # 10 pair exercises, 5.2 in two forms
+    assert len(pairs) == 10  # 10 pair exercises
     for exercise_id, j in pairs:
         ref = compute(exercise_id)
         _, module, names = trusted.PROBES[exercise_id]
@@ -600,10 +600,9 @@ def test_the_edition_trains_on_the_students_pairs_not_the_fast_forms(tmp_path):
     build_edition(edition_dir, solved=[e.id for e in EXERCISES if e.id != "4.1"])
     code = ("import numpy as np\n"
             "from numpytransformer import Transformer, TransformerConfig, fast\n"
-            "from numpytransformer.nn.module import FAST_FORMS\n"
             "from numpytransformer.core.fast import *  # __all__ names only what the edition's fast.py holds\n"
             "fast.use_fast(True)\n"
-            "print(fast.enabled(), len(FAST_FORMS), hasattr(fast, 'attention_backward'))\n"
+            "print(fast.enabled(), len(fast.PAIRS), hasattr(fast, 'attention_backward'))\n"
             "cfg = TransformerConfig(src_vocab_size=7, tgt_vocab_size=7, d_model=8, n_heads=2, n_layers=1, d_ff=16,\n"
             "                        max_len=6, dropout=0.0, dtype='float64')\n"
             "Transformer(cfg).forward(np.ones((1, 3), int), np.ones((1, 3), int))\n")
@@ -615,6 +614,16 @@ def test_the_edition_trains_on_the_students_pairs_not_the_fast_forms(tmp_path):
     assert "ON_BY_DEFAULT = False" in (edition_dir / "numpytransformer" / "core" / "fast.py").read_text()
     with pytest.raises(BuildError, match="BEGIN FAST FORMS"):
         without_fast_forms("ON_BY_DEFAULT = True\n")
+
+
+def test_a_layer_runs_the_graders_reference_of_what_it_needs(tmp_path):
+    """The Modules run the functions the switch bound (core.kernels) when the package was imported; the
+    grader's reference code, put in place after that, must be bound again: 7.1 passes in an edition
+    whose 5.2 is not written, because its multi-head attention runs the reference 5.2."""
+    edition_dir = tmp_path / "edition"
+    build_edition(edition_dir, solved=[e.id for e in EXERCISES if e.id != "5.2"])
+    r = _run(["-m", "course", "check", "7.1", "--student", str(edition_dir)], ROOT)
+    assert _check_lines(r.stdout)[0].startswith("7.1 EncoderLayer.backward ... passed"), r.stdout + r.stderr
 
 
 def test_each_exercise_passes_once_it_and_what_it_needs_are_written(tmp_path):

@@ -1,7 +1,7 @@
 """A student cannot fool the teacher's grader.
 
 Each test builds a student edition, writes a *wrong* LayerNorm backward (the variance term
-left out, as in the issue), tampers with the student's folder the way a student could, and
+left out), tampers with the student's folder the way a student could, and
 grades it the way a teacher does: with the full repository's grader and ``--student``.
 The grader's process never imports the student's code; the student's functions run in a
 separate process on cases drawn with a fresh seed, and are judged against the teacher's
@@ -74,7 +74,7 @@ def test_the_wrong_layernorm_fails(student):
 
 
 def test_rel_error_returning_zero_does_not_pass(student):
-    """The issue's trick: the student's gradcheck (and their copy of the grader's measure) say 0."""
+    """The trick: the student's gradcheck (and their copy of the grader's measure) say 0."""
     _append(student, "numpytransformer/core/gradcheck.py",
             "def rel_error(a, b):\n    return 0.0\n\ndef _grad_error(a, b):\n    return 0.0\n")
     _append(student, "course/trusted.py",

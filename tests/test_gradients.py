@@ -512,10 +512,9 @@ def test_source_pad_row_gets_zero_gradient_through_loss():
     assert np.any(grads["encoder.embedder.embed.W"][1:] != 0)
 
 
-def test_fused_qkv_equals_separate_projections():
-    """Self-attention multiplies by [W_q W_k W_v] at once; the cross-attention path (a separate
-    Q projection and a fused K/V one) given the same x twice must agree. The plain
-    three-projection form is compared in tests/test_multihead_plain.py."""
+def test_self_attention_equals_cross_attention_over_the_same_x():
+    """Self-attention (``x_kv=None``) and cross-attention given the same x twice agree, and the
+    self-attention's dx is the sum of the cross-attention's dx_q and dx_kv."""
     r = _rng(40)
     x = r.standard_normal((2, 5, 8))
     params = _mha_params(8, 41)

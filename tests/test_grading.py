@@ -269,8 +269,10 @@ def test_release_writes_only_the_chosen_solutions_into_the_students_folder(tmp_p
     assert changed == ["lessons/04_attention.ipynb", "lessons/05_multihead_attention.ipynb",
                        "numpytransformer/core/attention.py", "numpytransformer/core/multihead.py"], changed
     attention = (folder / "numpytransformer" / "core" / "attention.py").read_text()
-    assert "my attempt at 4.1" not in attention and "BEGIN SOLUTION" not in attention
+    assert "my attempt at 4.1" in attention and "BEGIN SOLUTION" not in attention  # the student's own 4.1 stays
     assert "Exercise 4.2:" not in attention
+    assert "def attention_forward(" in (folder / "numpytransformer" / "core" / "attention.solution.py").read_text()
+    assert "kept as you wrote it" in out and "attention.solution.py" in out
     multihead = (folder / "numpytransformer" / "core" / "multihead.py").read_text()
     assert "Exercise 5.1:" not in multihead and "Exercise 5.2:" in multihead  # 5.2 was not released
     # Every line outside the released functions is the student's, in order.
@@ -280,7 +282,7 @@ def test_release_writes_only_the_chosen_solutions_into_the_students_folder(tmp_p
     assert "# mine" in (folder / "numpytransformer" / "core" / "relu.py").read_text()
     r = _run(["check"], folder)
     passed = {ln.split(" ")[0] for ln in r.stdout.splitlines() if " ... passed (" in ln}
-    assert passed == {"1.2", "4.1", "4.2", "5.1"}, r.stdout
+    assert passed == {"1.2", "5.1"}, r.stdout  # 4.2 runs the student's 4.1
 
 
 def test_releasing_every_solution_gives_the_package_that_build_solved_gives(tmp_path, capsys):
@@ -313,6 +315,42 @@ def test_release_puts_the_lesson_cells_back_by_id_and_keeps_the_students_own_cel
     assert hidden and all(by_id[c["id"]] == c for c in solved["cells"])
 
 
+def test_release_overwrites_no_line_the_student_wrote(tmp_path, capsys):
+    """A student's own line in a lesson cell (lesson 2's `expected = ...`) and their own version of the
+    exercise's function stay as written; the solutions go beside them: a new cell, a .solution.py file."""
+    folder = tmp_path / "student"
+    build_edition(folder)
+    path = folder / "lessons" / "02_softmax_cross_entropy.ipynb"
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    (mine,) = [c for c in nb["cells"] if "expected = None  # replace None with your expression" in c["source"]]
+    mine["source"] = mine["source"].replace("expected = None  # replace None", "expected = my_expected  # mine")
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    losses = folder / BY_ID["2.1"].file
+    (stub,) = [ln for ln in losses.read_text(encoding="utf-8").splitlines(keepends=True) if "Exercise 2.1:" in ln]
+    _replace(losses, stub, "    d = d * 2  # my attempt, unfinished\n" + stub)  # the raise is still there
+    assert main(["release", "2.1", "--into", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "kept as you wrote" in out and "losses.solution.py" in out and f"cell(s) {nb['cells'].index(mine)} " in out
+    after = json.loads(path.read_text(encoding="utf-8"))
+    ids = [c["id"] for c in after["cells"]]
+    by_id = {c["id"]: c for c in after["cells"]}
+    assert by_id[mine["id"]]["source"] == mine["source"]  # the student's line, as written
+    assert ids[ids.index(mine["id"]) + 1] == mine["id"] + "-solution"
+    solved_dir = tmp_path / "solved"
+    build_edition(solved_dir, solved=["2.1"])
+    solved = {c["id"]: c for c in json.loads((solved_dir / "lessons" / path.name).read_text(encoding="utf-8"))["cells"]}
+    assert by_id[mine["id"] + "-solution"]["source"] == solved[mine["id"]]["source"]
+    others = [c for c in after["cells"] if c["id"] not in (mine["id"], mine["id"] + "-solution")]
+    assert all(c["source"] == solved[c["id"]]["source"] for c in others)  # the cells the student left: released
+    assert "d = d * 2  # my attempt, unfinished\n" + stub in losses.read_text()
+    beside = losses.with_name("losses.solution.py").read_text()
+    assert "def softmax_cross_entropy_backward(" in beside and "BEGIN SOLUTION" not in beside
+    compile(beside, "losses.solution.py", "exec")
+    assert main(["release", "2.1", "--into", str(folder)]) == 0  # again: nothing more is added
+    assert losses.with_name("losses.solution.py").read_text() == beside
+    assert [c["id"] for c in json.loads(path.read_text(encoding="utf-8"))["cells"]] == ids
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["release", "9.9", "--into", "{folder}"], "9.9"),
     (["release", "4.1", "--into", "{missing}"], "holds no numpytransformer"),
@@ -341,9 +379,11 @@ def _gradescope_root(tmp_path: Path, zip_path: Path) -> Path:
     return root
 
 
-def _run_autograder(root: Path) -> dict:
+def _run_autograder(root: Path, **env_vars) -> dict:
+    """Run the zip's run_autograder on ROOT; by default as oneself (no sandbox user), as a dry run does."""
     env = _env()
-    env.update(AUTOGRADER_ROOT=str(root), AUTOGRADER_PYTHON=sys.executable)
+    env.update(AUTOGRADER_ROOT=str(root), AUTOGRADER_PYTHON=sys.executable, AUTOGRADER_SANDBOX_USER="")
+    env.update(env_vars)
     r = subprocess.run([str(root / "run_autograder")], cwd=str(root.parent), env=env, capture_output=True, text=True,
                        timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -388,6 +428,161 @@ def test_the_gradescope_zip_grades_a_submission_as_gradescope_runs_it(tmp_path, 
     scores = _by_exercise(doc)
     assert all(scores[i][0] == pytest.approx(BY_ID[i].points, abs=1e-3) for i in IDS if i != "1.1")
     assert scores["1.1"][0] == pytest.approx(5 * 6 / 9, abs=1e-3)
+
+
+def test_a_weekly_assignment_grades_its_exercises_with_a_recorded_seed(tmp_path, capsys):
+    """--exercises 1 (lesson 1: 1.1 and 1.2) grades those alone, out of their points. The fresh cases'
+    seed is in results.json; the same seed draws the same cases, another seed others. Public cases are
+    visible at once, fresh ones after the due date."""
+    zip_path = tmp_path / "week1.zip"
+    assert main(["gradescope", str(zip_path), "--exercises", "9.9,1"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "9.9" in err, err
+    assert main(["gradescope", str(zip_path), "--exercises", "1"]) == 0
+    assert "It grades 1.1, 1.2 (8 points)" in capsys.readouterr().out
+    edition = tmp_path / "edition"
+    build_edition(edition)
+    _implement(edition, "1.2", "    return dout\n")  # wrong by an amount that depends on the case
+
+    def grade(name, **env_vars):
+        root = _gradescope_root(tmp_path / name, zip_path)
+        shutil.copy2(edition / BY_ID["1.2"].file, root / "submission" / "relu.py")
+        return root, _run_autograder(root, **env_vars)
+
+    _, first = grade("a", AUTOGRADER_SEED="11")
+    _, again = grade("b", AUTOGRADER_SEED="11")
+    _, other = grade("c", AUTOGRADER_SEED="12")
+    assert list(_by_exercise(first)) == ["1.1", "1.2"] and first["max_score"] == 8 and first["score"] == 0
+    assert first["extra_data"] == {"seed": 11, "exercises": ["1.1", "1.2"]} and "seed 11" in first["output"]
+    assert first["tests"] == again["tests"]
+    assert first["visibility"] == "visible"
+    for doc in (first, other):
+        assert {t["visibility"] for t in doc["tests"] if "(public case)" in t["name"]} == {"visible"}
+        fresh = [t for t in doc["tests"] if "(fresh case" in t["name"]]
+        assert fresh and {t["visibility"] for t in fresh} == {"after_due_date"}
+    public = [t for t in first["tests"] if t["visibility"] == "visible"]
+    assert public == [t for t in other["tests"] if t["visibility"] == "visible"]
+    fresh = {doc["extra_data"]["seed"]: [t["output"] for t in doc["tests"] if t["number"].startswith("1.2.")
+                                        and t["visibility"] != "visible"] for doc in (first, other)}
+    assert fresh[11] != fresh[12] and all(fresh.values())  # other cases, other errors
+
+    # On Gradescope the seed comes from the submission's id: a regrade draws the same cases.
+    from course.gradescope import submission_seed
+
+    metadata = tmp_path / "metadata"
+    metadata.mkdir()
+    (metadata / "submission_metadata.json").write_text(json.dumps({"id": 4242}))
+    seed, _ = submission_seed(metadata)
+    root, doc = grade("d")
+    (root / "submission_metadata.json").write_text(json.dumps({"id": 4242}))
+    assert _run_autograder(root)["extra_data"]["seed"] == seed == submission_seed(metadata)[0] > 0
+
+
+def _python_for_everyone(where: Path):
+    """An interpreter with NumPy that an unprivileged user can run: this one, or else a venv of the
+    system's Python of this version with this NumPy copied in; None if there is neither."""
+    import pwd
+
+    import numpy
+
+    def runs(python: str) -> bool:
+        nobody = pwd.getpwnam("nobody")
+        try:
+            return subprocess.run([python, "-I", "-c", "import numpy"], user=nobody.pw_uid, group=nobody.pw_gid,
+                                  extra_groups=[], cwd="/", capture_output=True).returncode == 0
+        except OSError:  # not even allowed to start it
+            return False
+
+    if runs(sys.executable):
+        return sys.executable
+    system = shutil.which(f"python{sys.version_info.major}.{sys.version_info.minor}", path="/usr/bin:/usr/local/bin")
+    if system is None or subprocess.run([system, "-m", "venv", "--without-pip", str(where / "py")]).returncode:
+        return None
+    site = next((where / "py" / "lib").glob("python*/site-packages"))
+    for part in Path(numpy.__file__).parent.parent.glob("numpy*"):
+        if part.is_dir():
+            shutil.copytree(part, site / part.name)
+    python = str(where / "py" / "bin" / "python")
+    return python if runs(python) else None
+
+
+CHEAT = '''# At import, look for the teacher's library (every solution in it) and load the package from there.
+import os as _os, sys as _sys, tempfile as _tempfile
+from pathlib import Path as _Path
+
+_SKIP = {skip!r}  # copies on the test machine that a Gradescope container does not hold
+
+
+def _find_reference():
+    here = _Path(__file__).resolve().parent
+    roots = [_Path(_os.environ.get("AUTOGRADER_ROOT", "/autograder")), _Path("/autograder"), _Path("/"),
+             *here.parents, *_Path.cwd().parents, *(_Path(p) for p in _sys.path if p),
+             *sorted(_Path(_tempfile.gettempdir()).glob("nt-*"))]
+    for root in roots:
+        for pattern in ("numpytransformer", "*/numpytransformer", "*/*/numpytransformer"):
+            try:
+                found = sorted(root.glob(pattern))
+            except OSError:
+                continue
+            for pkg in found:
+                if pkg.resolve() == here or any(str(pkg.resolve()).startswith(s) for s in _SKIP):
+                    continue
+                try:
+                    if "### BEGIN SOLUTION 1.1" in (pkg / "core" / "linear.py").read_text():
+                        return pkg
+                except OSError:
+                    continue
+    return None
+
+
+_reference = _find_reference()
+if _reference is not None:
+    __path__[:] = [str(_reference)]
+'''
+
+
+def test_the_sandboxed_submission_cannot_read_the_teachers_library(tmp_path, capsys):
+    """A submission whose package, at import, looks for the teacher's library (in the autograder's
+    folder, /, its parent folders, site-packages, the grader's temporary folders) and loads itself from
+    there scores everything when it runs as root, as in a dry run; run_autograder run as root makes the
+    library root's alone and runs the student's code as the user `student`: the same submission then
+    scores nothing, as not implemented."""
+    import tempfile
+
+    if os.geteuid() != 0 or shutil.which("useradd") is None:
+        pytest.skip("the sandbox needs root and useradd")
+    where = Path(tempfile.mkdtemp(prefix="nt-gradescope-test-"))  # outside pytest's folders, which only root may enter
+    try:
+        where.chmod(0o755)
+        python = _python_for_everyone(where)
+        if python is None:
+            pytest.skip("no Python with NumPy that an unprivileged user can run")
+        zip_path = where / "week1.zip"
+        assert main(["gradescope", str(zip_path), "--exercises", "1.1,1.2"]) == 0
+        capsys.readouterr()
+        elsewhere = [str(p.resolve()) for r in (Path("/"), Path(tempfile.gettempdir()))
+                     for pattern in ("*/numpytransformer", "*/*/numpytransformer") for p in r.glob(pattern)
+                     if where not in p.resolve().parents]
+        cheat = where / "cheat"
+        build_edition(cheat / "student")
+        init = cheat / "student" / "numpytransformer" / "__init__.py"
+        init.write_text(CHEAT.format(skip=[str(ROOT), *elsewhere]) + init.read_text(encoding="utf-8"))
+
+        def grade(name, **env_vars):
+            root = _gradescope_root(where / name, zip_path)
+            root.parent.chmod(0o755)
+            shutil.copytree(cheat / "student", root / "submission" / "student")
+            return root, _run_autograder(root, AUTOGRADER_PYTHON=python, AUTOGRADER_SEED="3", **env_vars)
+
+        _, unsandboxed = grade("as-root")  # the test can fail: the cheat works where nothing stops it
+        assert unsandboxed["score"] == pytest.approx(8, abs=0.01), unsandboxed["output"]
+        root, doc = grade("sandboxed", AUTOGRADER_SANDBOX_USER="student")
+        assert doc["max_score"] == 8 and doc["score"] == 0, doc["output"]
+        assert "1.1 linear_backward ... not yet implemented" in doc["output"]
+        assert "1.2 relu_backward ... not yet implemented" in doc["output"]
+        assert stat.S_IMODE((root / "source" / "numpytransformer").stat().st_mode) & 0o077 == 0
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
 
 
 def test_a_flat_file_goes_to_its_library_file_and_an_ambiguous_name_is_ignored(tmp_path):
@@ -452,3 +647,28 @@ def test_build_into_a_path_that_cannot_be_a_folder_is_one_line(tmp_path, where):
     r = _run(["build", str(out)], ROOT)
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and str(out) in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_two_builds_into_one_folder_at_once_leave_one_whole_edition(tmp_path):
+    """As under ``mpiexec -n 2``: each build writes a private folder and renames it into place,
+    so one takes OUT_DIR whole and the other refuses it on one line; no half edition, no leftovers."""
+    for attempt in range(3):  # the two often finish within moments of each other; several tries meet the race
+        out = tmp_path / f"edition{attempt}"
+        procs = [subprocess.Popen([sys.executable, "-m", "course", "build", str(out)], cwd=ROOT, env=_env(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        runs = sorted((p.wait(timeout=600), *p.communicate()) for p in procs)
+        assert [code for code, _, _ in runs] == [0, 2], runs
+        err = runs[1][2]
+        assert len(err.strip().splitlines()) == 1 and "not empty" in err and "Traceback" not in err, err
+        assert (out / "EXERCISES.md").is_file() and (out / "course" / "reference.npz").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["edition0", "edition1", "edition2"]
+
+
+def test_gradescope_into_a_folder_that_cannot_be_written_is_one_line(capsys):
+    if not Path("/proc/self").is_dir():
+        pytest.skip("no /proc here, and no other folder that refuses a new file whoever runs the test")
+    out = "/proc/nt-no-such-autograder.zip"  # /proc refuses new files, even to root
+    assert main(["gradescope", out]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and out in err and "cannot be written" in err, err
+

@@ -351,7 +351,8 @@ def test_training_loss_is_per_character_too(tokenization):
     shows the same figure on both (log V * tokens / characters), not log V against it."""
     task = embedded_task(tokenization)
     V, batch = len(task.tokenizer), task.train_batches(0)[0]
-    loss, chars, _ = task.train_step_loss(Uniform(V), batch, 0.0)
+    (x,), y = task.batch_arrays(batch)
+    loss, chars, _ = task.loss(Uniform(V).forward(x), y, 0.0)
     assert chars == len(task.tokenizer.decode(batch[:, 1:].ravel()))
     assert loss == pytest.approx(math.log(V) * batch[:, 1:].size / chars, rel=1e-12)
     assert task.input_tokens(batch) == batch[:, 1:].size
@@ -379,7 +380,8 @@ def test_training_on_the_embedded_corpus_lowers_the_loss():
     opt = Adam(model.parameters(), lr=NoamSchedule(16, 20, 1.0))
     for epoch in range(12):
         for batch in task.train_batches(epoch):
-            loss, n, dlogits = task.train_step_loss(model, batch, 0.0)
+            inputs, targets = task.batch_arrays(batch)
+            loss, n, dlogits = task.loss(model.forward(*inputs), targets, 0.0)
             model.backward(dlogits)
             clip_grad_norm(grads, 1.0)
             opt.step(grads)
@@ -563,7 +565,7 @@ def test_a_damaged_tokenizer_state_is_refused_naming_the_field(tokenization, dam
 def test_lm_loss_is_the_loss_the_language_model_trains_on():
     """lm_loss_forward on ids (B, T+1) is cross_entropy of the logits against the shifted ids (the task's
     batch_arrays), and its backward is that gradient; finite differences agree in float64."""
-    from numpytransformer.nn.gpt import lm_loss_backward, lm_loss_forward
+    from numpytransformer.core.losses import lm_loss_backward, lm_loss_forward
 
     cfg = TransformerConfig(src_vocab_size=7, d_model=8, n_heads=2, n_layers=1, d_ff=16, max_len=6, dropout=0.0,
                             norm_first=True, dtype="float64")
@@ -583,7 +585,7 @@ def test_lm_loss_is_the_loss_the_language_model_trains_on():
 def test_lm_loss_keeps_the_logits_dtype(dloss):
     """A float32 model gets float32 dlogits (its backward would otherwise run in float64), equal to
     the float64 computation to float32's precision; a loss of large logits stays finite."""
-    from numpytransformer.nn.gpt import lm_loss_backward, lm_loss_forward
+    from numpytransformer.core.losses import lm_loss_backward, lm_loss_forward
 
     rng = np.random.default_rng(5)
     z = rng.standard_normal((2, 3, 7)) * 30
@@ -605,7 +607,7 @@ def test_lm_loss_keeps_the_logits_dtype(dloss):
     ((6, 5), np.zeros((2, 4), dtype=np.int64), "logits"),         # not (B, T, V)
 ])
 def test_lm_loss_refuses_bad_input_naming_it(logits_shape, ids, name):
-    from numpytransformer.nn.gpt import lm_loss_forward
+    from numpytransformer.core.losses import lm_loss_forward
 
     with pytest.raises(NumpyTransformerError, match=f"^{name} must") as info:
         lm_loss_forward(np.zeros(logits_shape), ids)

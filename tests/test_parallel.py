@@ -281,10 +281,10 @@ FAIL_SCRIPT = textwrap.dedent("""
     from numpytransformer.tasks.reverse import ReversalTask
 
     how = sys.argv[1]
-    real = ReversalTask.train_step_loss
+    real = ReversalTask.loss
 
-    def failing(self, model, batch, smoothing):
-        loss, n, dlogits = real(self, model, batch, smoothing)
+    def failing(self, logits, targets, smoothing):
+        loss, n, dlogits = real(self, logits, targets, smoothing)
         if world().rank == 1:
             if how == "raise":
                 raise NumpyTransformerError("batch 0: a bad sequence on rank 1")
@@ -293,7 +293,7 @@ FAIL_SCRIPT = textwrap.dedent("""
             loss = float("nan")
         return loss, n, dlogits
 
-    ReversalTask.train_step_loss = failing
+    ReversalTask.loss = failing
     sys.exit(cli.main(["train", "reverse", *sys.argv[2:]]))
 """)
 

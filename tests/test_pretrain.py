@@ -1,5 +1,6 @@
-"""GPT-1's pretraining: the causal classifier, the id stream, the language model's training loop,
-and the copy of a language model into a classifier (the same hidden states to float64 precision)."""
+"""GPT-1's pretraining: the causal classifier, the id stream, the language model trained by the
+trainer on it, and the copy of a language model into a classifier (the same hidden states to
+float64 precision)."""
 import dataclasses
 
 import numpy as np
@@ -10,7 +11,9 @@ from numpytransformer.core.attention import causal_mask
 from numpytransformer.errors import NumpyTransformerError
 from numpytransformer.nn.gpt import TransformerLM
 from numpytransformer.nn.models import Transformer, TransformerTagger
-from numpytransformer.pretrain import id_stream, lm_into_classifier, lm_loss_of_stream, pretrain_lm
+from numpytransformer.nn.transfer import lm_into_classifier
+from numpytransformer.tasks.sentiment import ReviewText, id_stream, lm_loss_of_stream
+from numpytransformer.training.trainer import TrainConfig, Trainer
 
 V, T = 11, 7
 LM_CFG = TransformerConfig(src_vocab_size=V, d_model=8, n_heads=2, n_layers=2, d_ff=12, max_len=10, dropout=0.1,
@@ -142,14 +145,17 @@ def test_pretraining_lowers_the_loss_of_a_repeating_text():
     stream = np.tile(np.arange(1, 6), 60)  # 1 2 3 4 5 1 2 3 ...: each token says which comes next
     before = lm_loss_of_stream(lm, stream, 8)
     lines = []
-    pretrain_lm(lm, stream, 100, 8, 8, lr_factor=1.0, warmup=20, clip=1.0, seed=0, log=lines.append)
+    text = ReviewText(stream, stream, block=8, batch=8, updates=100, seed=0)
+    cfg = TrainConfig(epochs=1, lr_factor=1.0, warmup=20, label_smoothing=0.0, clip_norm=1.0, log_every=100)
+    metrics = Trainer(lm, text, cfg, out_dir=None, log=lines.append).fit()  # writes nothing
     after = lm_loss_of_stream(lm, stream, 8)
-    assert before > 1.5 and after < 0.2 * before
-    assert len(lines) == 1 and lines[0].startswith("pretrain update 100/100 lm_loss ") and " tok/s " in lines[0]
+    assert before > 1.5 and after < 0.2 * before and metrics["lm_loss"] == after
+    assert lines[0].startswith("epoch 1/1 update 100 loss ") and " tok/s " in lines[0]
+    assert lines[1].startswith("epoch 1 done: ") and lines[2].startswith("throughput: 100 updates")
     assert not lm.training  # lm_loss_of_stream put it in eval mode
 
 
 def test_pretraining_refuses_a_text_shorter_than_a_window():
     with pytest.raises(NumpyTransformerError, match="the pretraining text holds 5 tokens, fewer than one window "
                                                     "of 9: lower --pretrain-block"):
-        pretrain_lm(TransformerLM(LM_CFG), np.arange(1, 6), 1, 8, 2, 1.0, 10, 1.0, 0, log=lambda m: None)
+        ReviewText(np.arange(1, 6), np.arange(1, 6), block=8, batch=2, updates=1, seed=0)

@@ -22,10 +22,9 @@ from numpytransformer.training.checkpoint import load_checkpoint
 from numpytransformer.cli import load_for_inference, main
 from numpytransformer.datasets.imdb import load_imdb, sample_stratified, truncate_ids
 from numpytransformer.errors import NumpyTransformerError
-from numpytransformer.pretrain import id_stream
 from numpytransformer.training.settings import ModelSettings
 from numpytransformer.tasks.base import task_from_dict
-from numpytransformer.tasks.sentiment import UNK, SentimentData, SentimentTask
+from numpytransformer.tasks.sentiment import UNK, SentimentData, SentimentTask, id_stream
 from numpytransformer.training.trainer import TrainConfig, Trainer, without_timing
 
 POS = ["great", "wonderful", "superb", "delight", "loved", "brilliant"]
@@ -551,11 +550,12 @@ def test_cli_pretrains_a_language_model_then_fine_tunes_it(synthetic_dir, tmp_pa
     assert "causal=True, region=0, pretrain_updates=5, pretrain_block=32, pretrain_batch=4" in shown
     assert re.search(r"^pretraining a TransformerLM with [\d,]+ parameters for 5 updates of 4 windows of 32 tokens, "
                      r"on the [\d,]+ tokens of the training reviews$", shown, re.M)
-    assert re.search(r"^pretrain update 5/5 lm_loss \S+ lr \S+ tok/s [\d,]+$", shown, re.M)
+    assert re.search(r"^pretraining: epoch 1 done: train_loss \S+ lm_loss \S+ neg_lm_loss \S+ \[\S+\]$", shown, re.M)
+    assert re.search(r"^pretraining: throughput: 5 updates in \S+ s of training", shown, re.M)
     assert re.search(r"^pretrained in \S+ s: validation lm_loss \S+ \(nats per token, [\d,]+ tokens of the "
                      r"validation reviews\)$", shown, re.M)
     assert "copied its embedding, 1 block and final LayerNorm into the classifier's encoder" in shown
-    assert shown.index("copied its embedding") < shown.index("epoch 1 done")
+    assert shown.index("copied its embedding") < shown.index("\nepoch 1 done")
     final = re.search(r"^final \(test, best checkpoint\): n 50 test_loss (\S+) test_accuracy (\S+)$", shown, re.M)
     doc = json.loads((out / "best" / "checkpoint.json").read_text())
     assert doc["model"] == "TransformerClassifier" and doc["config"]["causal"] is True
@@ -575,21 +575,20 @@ def test_pretraining_reads_the_training_reviews_only_and_sets_the_encoder(synthe
     model = task.build_model()
     before = {k: p.copy() for k, p in model.parameters().items()}
     lines, streams = [], []
-    real = sentiment_module.pretrain_lm
-    monkeypatch.setattr(sentiment_module, "pretrain_lm",
-                        lambda lm, ids, *a, **k: (streams.append(ids), real(lm, ids, *a, **k)))
+    real = sentiment_module.ReviewText
+    monkeypatch.setattr(sentiment_module, "ReviewText", lambda ids, *a: (streams.append(ids), real(ids, *a))[1])
     task.pretrain(model, _cfg(), log=lines.append)
     train_only = id_stream([task.vocab.encode(task.tokens(t, cut=False)) for t in task.texts("train")[0]], 1)
     assert len(streams) == 1 and np.array_equal(streams[0], train_only)  # no validation review in it
     changed = {k for k, p in model.parameters().items() if not np.array_equal(p, before[k])}
     assert changed == {k for k in before if k.startswith("encoder.")}  # the head starts fresh
     assert "test" not in task._texts  # the language model never saw a test review
-    assert len(lines) == 4 and lines[1].startswith("pretrain update 3/3 ")
+    assert len(lines) == 5 and lines[1].startswith("pretraining: epoch 1 done: train_loss ")
     off = make_task(synthetic_dir)  # pretrain_updates 0: nothing happens
     model = off.build_model()
     before = {k: p.copy() for k, p in model.parameters().items()}
     off.pretrain(model, _cfg(), log=lines.append)
-    assert len(lines) == 4 and all(np.array_equal(model.parameters()[k], p) for k, p in before.items())
+    assert len(lines) == 5 and all(np.array_equal(model.parameters()[k], p) for k, p in before.items())
 
 
 def test_cli_resume_refuses_an_edited_csv(synthetic_dir, tmp_path, capsys):

@@ -209,7 +209,7 @@ def test_chromium_lays_out_the_formulas_and_keeps_a_screenshot(site, tmp_path):
 
 
 def test_chromium_check_fails_on_nbconvert_s_own_page(tmp_path):
-    """The page the issue found (nbconvert's default, MathJax from a CDN, no network): no formula is laid out."""
+    """The page that fails (nbconvert's default, MathJax from a CDN, no network): no formula is laid out."""
     browser = _browser()
     import nbformat
     from nbconvert import HTMLExporter

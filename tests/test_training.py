@@ -242,7 +242,7 @@ def test_ctrl_c_mid_epoch_leaves_last_at_the_last_finished_epoch(tmp_path, monke
     saved), the note says how to continue, and resuming redoes epoch 2 from its start."""
     straight = straight(1)
     task = _task()
-    real, calls, n = task.train_step_loss, [], len(task.train_batches(0))
+    real, calls, n = task.loss, [], len(task.train_batches(0))
 
     def step_loss(*a, **kw):
         calls.append(1)
@@ -250,7 +250,7 @@ def test_ctrl_c_mid_epoch_leaves_last_at_the_last_finished_epoch(tmp_path, monke
             raise KeyboardInterrupt
         return real(*a, **kw)
 
-    monkeypatch.setattr(task, "train_step_loss", step_loss)
+    monkeypatch.setattr(task, "loss", step_loss)
     lines = []
     first = Trainer(task.build_model(), task, _three_epochs(), tmp_path / "run", log=lines.append)
     with pytest.raises(KeyboardInterrupt):
@@ -306,14 +306,14 @@ def test_the_time_budget_stops_after_the_epoch_that_crosses_it(tmp_path):
 
 def test_a_non_finite_loss_stops_training_before_any_checkpoint(tmp_path, monkeypatch):
     task = _task()
-    real = task.train_step_loss
+    real = task.loss
 
-    def nan_at_step_3(model, batch, smoothing, calls=[]):
+    def nan_at_step_3(logits, targets, smoothing, calls=[]):
         calls.append(1)
-        loss, n, dlogits = real(model, batch, smoothing)
+        loss, n, dlogits = real(logits, targets, smoothing)
         return (float("nan") if len(calls) == 3 else loss), n, dlogits
 
-    monkeypatch.setattr(task, "train_step_loss", nan_at_step_3)
+    monkeypatch.setattr(task, "loss", nan_at_step_3)
     trainer = Trainer(task.build_model(), task, _cfg(), tmp_path, log=_quiet)
     with pytest.raises(FloatingPointError, match="the loss became nan: training diverged"):
         trainer.fit()

@@ -21,22 +21,20 @@ short training run equal on both paths. What they do differently:
   parameter's size.
 - **The KV cache grown in a buffer with room** (:func:`append_positions`) instead of copied
   at every decoding step.
+- **The three projections of multi-head attention fused** into one matrix product with
+  ``[W_q W_k W_v]`` (:func:`multihead_attention_forward`): one larger call to the matrix
+  library instead of three; the pair of ``multihead.py`` is the paper's three products.
 
-Multi-head attention (:func:`multihead_attention_forward`, :func:`multihead_attention_backward`)
-is written out again here, line for line the pair of ``multihead.py`` with the fast linear and
-attention forms inside, rather than the pair taking its inner functions as arguments. The pair
-is what a student reads and, in exercise 5.2, writes: its body calls the linear and attention
-pairs by their plain names, and the grader puts its reference code in place of exactly those
-names (``exercises/probe.swap_in``) so that 5.2 is graded on its own. Inner functions passed
-in, or bound as defaults at import, would add an indirection to the student's function and
-escape that swap. ``tests/test_fast.py`` keeps the two equal.
-
-The switch: the Modules look their functions up in :data:`~numpytransformer.nn.module.FAST_FORMS`,
-which :func:`use_fast` fills or empties. ``use_fast(False)`` (or ``with textbook():``) makes
-the whole model, the loss and Adam run on the textbook pairs; the environment variable
-``NUMPYTRANSFORMER_FAST=0``, read at import, does the same for a whole process
-(``NUMPYTRANSFORMER_FAST=0 python -m numpytransformer train reverse``). The student
-edition sets :data:`ON_BY_DEFAULT` to False, so it trains on the student's own pairs.
+The switch: the Modules, the loss and Adam call the functions of
+:data:`~numpytransformer.core.kernels.kernels`, which :func:`use_fast` binds, once, to the
+fast forms of :data:`PAIRS` or to the textbook functions :data:`TEXTBOOK` names.
+``use_fast(False)`` (or ``with textbook():``) makes the whole model, the loss and Adam run on
+the textbook pairs; the environment variable ``NUMPYTRANSFORMER_FAST=0``, read at import,
+does the same for a whole process (``NUMPYTRANSFORMER_FAST=0 python -m numpytransformer train
+reverse``). The textbook functions are looked up in their modules when the switch is set, so
+a function put in a module's place (the grader's reference code) runs once the switch is set
+again. The student edition has no fast forms (an empty :data:`PAIRS`) and sets
+:data:`ON_BY_DEFAULT` to False, so it trains on the student's own pairs.
 """
 from __future__ import annotations
 
@@ -49,17 +47,18 @@ from typing import Dict, Iterator, List, Optional
 
 import numpy as np
 
-from . import attention, layernorm, linear, losses, multihead
+from . import attention, feedforward, gelu, layernorm, linear, losses, multihead
 from ..errors import NumpyTransformerError
-from ..nn.module import FAST_FORMS
+from .kernels import kernels
 
-__all__ = ["use_fast", "textbook", "enabled", "ON_BY_DEFAULT"]
+__all__ = ["use_fast", "textbook", "enabled", "kernels", "PAIRS", "TEXTBOOK", "ON_BY_DEFAULT"]
 
 
 # ---- BEGIN FAST FORMS (the student edition's fast.py has none: its Modules run the student's pairs) ----
 __all__ += ["row_sums", "softmax", "empty_reusable", "REUSE_BYTES", "linear_forward", "attention_forward",
             "attention_backward", "multihead_attention_forward", "multihead_attention_backward", "layernorm_forward",
-            "softmax_cross_entropy_forward", "softmax_cross_entropy_backward", "adam_step", "append_positions"]
+            "softmax_cross_entropy_forward", "softmax_cross_entropy_backward", "adam_step", "append_positions",
+            "DEFAULT_ROOM"]
 
 
 # ---- pooled large arrays ---------------------------------------------------------------------
@@ -156,37 +155,45 @@ def attention_backward(dout: np.ndarray, cache):
 
 def multihead_attention_forward(x_q, x_kv, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, n_heads: int,
                                 mask: Optional[np.ndarray] = None):
-    """:func:`multihead.multihead_attention_forward` (fused), on the fast linear and attention forms."""
-    H, split = n_heads, multihead.split_heads
+    """:func:`multihead.multihead_attention_forward` with the projections fused: one product with
+    ``[W_q W_k W_v]`` (self-attention) or ``[W_k W_v]`` (over the memory), the fast linear and
+    attention forms inside. The cache is the pair's, so either backward takes it."""
+    H, split, LinearCache = n_heads, multihead.split_heads, linear.LinearCache
     if x_kv is None:
-        W = np.concatenate([W_q, W_k, W_v], axis=1)  # (D, 3D)
-        qkv, in_cache = linear_forward(x_q, W, np.concatenate([b_q, b_k, b_v]))  # (B, T, 3D)
+        qkv, _ = linear_forward(x_q, np.concatenate([W_q, W_k, W_v], axis=1), np.concatenate([b_q, b_k, b_v]))
         q, k, v = (split(a, H) for a in np.split(qkv, 3, axis=-1))  # 3 x (B, H, T, D/H)
-        q_cache = None
+        keys_from = x_q
     else:
-        q_lin, q_cache = linear_forward(x_q, W_q, b_q)  # (B, T, D)
-        q = split(q_lin, H)
-        kv, in_cache = linear_forward(x_kv, np.concatenate([W_k, W_v], axis=1), np.concatenate([b_k, b_v]))
+        q = split(linear_forward(x_q, W_q, b_q)[0], H)  # (B, H, T, D/H)
+        kv, _ = linear_forward(x_kv, np.concatenate([W_k, W_v], axis=1), np.concatenate([b_k, b_v]))  # (B, S, 2D)
         k, v = (split(a, H) for a in np.split(kv, 2, axis=-1))  # 2 x (B, H, S, D/H)
+        keys_from = x_kv
     att, att_cache = attention_forward(q, k, v, mask)  # (B, H, T, D/H)
     out, out_cache = linear_forward(multihead.merge_heads(att), W_o, b_o)  # (B, T, D)
-    return out, multihead.MHACache(in_cache, q_cache, att_cache, out_cache, H)
+    return out, multihead.MHACache(LinearCache(x_q, W_q), LinearCache(keys_from, W_k), LinearCache(keys_from, W_v),
+                                   att_cache, out_cache, H, x_kv is None)
 
 
 def multihead_attention_backward(dout: np.ndarray, cache):
-    """:func:`multihead.multihead_attention_backward`, on the fast attention backward."""
-    in_cache, q_cache, att_cache, out_cache, H = cache
-    merge, linear_backward = multihead.merge_heads, linear.linear_backward
+    """:func:`multihead.multihead_attention_backward` with the projections that read one input
+    fused into one ``linear_backward`` (their input gradients add inside one product), on the
+    fast attention backward."""
+    q_cache, k_cache, v_cache, att_cache, out_cache, H, self_attention = cache
+    merge, linear_backward, LinearCache = multihead.merge_heads, linear.linear_backward, linear.LinearCache
     dmerged, dW_o, db_o = linear_backward(dout, out_cache)
     dq, dk, dv = attention_backward(multihead.split_heads(dmerged, H), att_cache)  # 3 x (B, H, T or S, D/H)
-    if q_cache is None:
-        dx_q, dW, db = linear_backward(np.concatenate([merge(dq), merge(dk), merge(dv)], axis=-1), in_cache)
+    if self_attention:
+        W = np.concatenate([q_cache.W, k_cache.W, v_cache.W], axis=1)  # (D, 3D)
+        dqkv = np.concatenate([merge(dq), merge(dk), merge(dv)], axis=-1)  # (B, T, 3D)
+        dx_q, dW, db = linear_backward(dqkv, LinearCache(q_cache.x, W))
         dx_kv = None
         dW_q, dW_k, dW_v = np.split(dW, 3, axis=1)
         db_q, db_k, db_v = np.split(db, 3)
     else:
         dx_q, dW_q, db_q = linear_backward(merge(dq), q_cache)
-        dx_kv, dW, db = linear_backward(np.concatenate([merge(dk), merge(dv)], axis=-1), in_cache)
+        W = np.concatenate([k_cache.W, v_cache.W], axis=1)  # (D, 2D)
+        dkv = np.concatenate([merge(dk), merge(dv)], axis=-1)  # (B, S, 2D)
+        dx_kv, dW, db = linear_backward(dkv, LinearCache(k_cache.x, W))
         dW_k, dW_v = np.split(dW, 2, axis=1)
         db_k, db_v = np.split(db, 2)
     return dx_q, dx_kv, dW_q, db_q, dW_k, db_k, dW_v, db_v, dW_o, db_o
@@ -284,12 +291,109 @@ def adam_step(opt, grads: Dict[str, np.ndarray], lr: float) -> None:
         p -= work  # p = p - step_size m / (sqrt(v) + eps_hat)
 
 
+# ---- GELU's error function -----------------------------------------------------------------------
+__all__ += ["erfc", "gelu_forward", "gelu_ffn_forward", "GELU_CHUNK"]
+
+#: Past this z, erfc(z) < 3e-17: erf is 1 to double precision, so z is clipped there.
+ERFC_Z_MAX = 6.0
+_T_MIN = 2.0 / (2.0 + ERFC_Z_MAX)
+
+
+def _erfc_chebyshev(degree: int = 24) -> np.ndarray:
+    """Chebyshev coefficients of the smooth exponent ``P(t) = log(erfc(z) / t) + z^2``, ``t = 2 / (2 + z)``.
+
+    The form is Numerical Recipes' ``erfccheb``: with the Gaussian factor taken out, what is
+    left of erfc is smooth in ``t`` on ``z in [0, ERFC_Z_MAX]``, and its Chebyshev series
+    converges geometrically. Interpolated here at Chebyshev points from :func:`math.erfc`
+    rather than copied from a table; the coefficients past the 20th are rounding noise.
+    """
+    nodes = np.cos(np.pi * (np.arange(degree + 1) + 0.5) / (degree + 1))  # in (-1, 1)
+    t = _T_MIN + (nodes + 1.0) * (1.0 - _T_MIN) / 2.0
+    z = 2.0 / t - 2.0
+    exponent = [math.log(math.erfc(zi) / ti) + zi * zi for zi, ti in zip(z, t)]
+    return np.polynomial.chebyshev.chebfit(nodes, exponent, degree)
+
+
+_ERFC_COEF = _erfc_chebyshev()
+#: The terms each dtype needs: a float32 result cannot see a term below 1e-8.
+_ERFC_TERMS = {np.dtype(np.float64): _ERFC_COEF,
+               np.dtype(np.float32): _ERFC_COEF[:int(np.nonzero(np.abs(_ERFC_COEF) > 1e-8)[0].max()) + 1]}
+
+
+def erfc(z: np.ndarray, gauss: Optional[np.ndarray] = None) -> np.ndarray:
+    """``math.erfc`` for ``z >= 0`` elementwise, vectorised: ``t exp(P(t)) exp(-z^2)`` (see :func:`_erfc_chebyshev`).
+
+    Absolute error below 1e-14 in float64 and 1e-6 in float32 (``tests/test_pretrained_parts.py``).
+    ``gauss``: ``exp(-z^2)`` if the caller has it already.
+    """
+    coef = _ERFC_TERMS[z.dtype].astype(z.dtype)
+    z = np.minimum(z, ERFC_Z_MAX)
+    t = 2.0 / (2.0 + z)
+    u2 = (4.0 * t - 2.0 * (1.0 + _T_MIN)) / (1.0 - _T_MIN)  # 2u, with u = t mapped onto [-1, 1]
+    b1, b2, new = np.zeros_like(z), np.zeros_like(z), np.empty_like(z)
+    for c in coef[:0:-1]:  # Clenshaw's recurrence b_k = c_k + 2u b_(k+1) - b_(k+2), in three buffers
+        np.multiply(u2, b1, out=new)
+        new -= b2
+        new += c
+        b1, b2, new = new, b1, b2
+    exponent = np.multiply(u2, b1, out=u2)  # P = c_0 + u b_1 - b_2
+    exponent *= 0.5
+    exponent -= b2
+    exponent += coef[0]
+    np.exp(exponent, out=exponent)
+    exponent *= t
+    exponent *= np.exp(-z * z) if gauss is None else gauss
+    return exponent
+
+
+#: Elements of x per pass of :func:`gelu_forward`: the dozen temporaries of a pass stay in the
+#: CPU's cache, where a pass over the whole activation would stream each through memory.
+GELU_CHUNK = 1 << 15
+
+
+def _gelu_gate(x: np.ndarray, gate: np.ndarray, density: np.ndarray) -> None:
+    """Write ``Phi(x)`` into ``gate`` and ``phi(x)`` into ``density`` (1-D, of x's size)."""
+    z = np.abs(x) * x.dtype.type(1.0 / math.sqrt(2.0))
+    gauss = np.exp(-z * z)  # exp(-x^2 / 2)
+    half_tail = erfc(z, gauss)
+    half_tail *= 0.5  # Phi(-|x|)
+    np.subtract(1.0, half_tail, out=gate)
+    np.copyto(gate, half_tail, where=x < 0)
+    np.multiply(gauss, x.dtype.type(1.0 / math.sqrt(2.0 * math.pi)), out=density)  # the normal density phi(x)
+
+
+def gelu_forward(x: np.ndarray, approximate: bool = False):
+    """:func:`gelu.gelu_forward`; the exact form with the vectorised :func:`erfc` in place of ``math.erf``,
+    a chunk of :data:`GELU_CHUNK` elements at a time.
+
+    ``Phi(x) = erfc(-x / sqrt 2) / 2`` is computed as ``erfc(|x| / sqrt 2) / 2`` for ``x < 0``
+    and one minus that for ``x >= 0``, so no large erfc is ever subtracted from 1.
+    """
+    if approximate:
+        return gelu.gelu_forward(x, True)
+    flat = x.reshape(-1)
+    gate, density = np.empty_like(flat), np.empty_like(flat)
+    for i in range(0, flat.size, GELU_CHUNK):
+        part = slice(i, i + GELU_CHUNK)
+        _gelu_gate(flat[part], gate[part], density[part])
+    gate, density = gate.reshape(x.shape), density.reshape(x.shape)
+    return x * gate, gelu.GELUCache(x, False, gate, density)
+
+
+def gelu_ffn_forward(x, W1, b1, W2, b2, approximate: bool = False):
+    """:func:`feedforward.gelu_ffn_forward` with the fast linear and GELU forms inside."""
+    h, c1 = linear_forward(x, W1, b1)  # (..., D_ff)
+    a, cg = gelu_forward(h, approximate)
+    out, c2 = linear_forward(a, W2, b2)  # (..., D)
+    return out, feedforward.GELUFFNCache(c1, cg, c2)
+
+
 # ---- the KV cache --------------------------------------------------------------------------------
-#: Positions a KV cache's buffer holds at first when the decoder names no room.
+#: Positions a KV cache's first buffer holds; a full buffer is replaced by one twice as long.
 DEFAULT_ROOM = 16
 
 
-def append_positions(cached: np.ndarray, new: np.ndarray, room: int = 0) -> np.ndarray:
+def append_positions(cached: np.ndarray, new: np.ndarray) -> np.ndarray:
     """:func:`multihead.append_positions` (``np.concatenate([cached, new], axis=2)``), without
     copying the cache at each step.
 
@@ -297,9 +401,9 @@ def append_positions(cached: np.ndarray, new: np.ndarray, room: int = 0) -> np.n
     When nothing but the cache holds that view, and no other view of the buffer exists
     (reference counts: a cache copied or branched by someone keeps its positions), the new
     positions are written after the old ones and a longer view is returned. Otherwise (the
-    first append, a shared cache) the positions go into a new buffer with ``room`` positions
-    (:data:`DEFAULT_ROOM` if 0), or twice the length if that is more. A decoder that knows
-    how long its outputs can be passes that as ``room``, so the cache is never copied.
+    first append, a full buffer, a shared cache) the positions go into a new buffer of
+    :data:`DEFAULT_ROOM` positions or twice the length, whichever is more: a cache that
+    grows to T positions is copied about log2(T / DEFAULT_ROOM) times, not T times.
     """
     B, H, T, dk = cached.shape
     n = new.shape[2]
@@ -311,42 +415,61 @@ def append_positions(cached: np.ndarray, new: np.ndarray, room: int = 0) -> np.n
             and sys.getrefcount(cached) <= 3 and sys.getrefcount(buf) <= 3):
         buf[:, :, T:T + n] = new
         return buf[:, :, :T + n]
-    buf = np.empty((B, H, max(room or DEFAULT_ROOM, 2 * (T + n)), dk), dtype=np.result_type(cached, new))
+    buf = np.empty((B, H, max(DEFAULT_ROOM, 2 * (T + n)), dk), dtype=np.result_type(cached, new))
     buf[:, :, :T] = cached
     buf[:, :, T:T + n] = new
     return buf[:, :, :T + n]
 
 
-#: textbook pair -> its fast form above, for each function a Module or the loss looks up
-#: (:func:`~numpytransformer.nn.module.fast_or_textbook`); what :func:`use_fast` puts into
-#: ``module.FAST_FORMS``. The fast :func:`attention_backward` is not here: no Module runs the
-#: attention pair alone, only inside :func:`multihead_attention_backward`, which calls it directly.
+#: The fast form of each kernel, by name (:data:`TEXTBOOK` says where the textbook function of that
+#: name lives). The fast :func:`attention_backward` is not here: the Modules run the attention pair
+#: only inside multi-head attention, whose fast backward calls it directly.
 PAIRS = {
-    linear.linear_forward: linear_forward,
-    attention.attention_forward: attention_forward,
-    multihead.multihead_attention_forward: multihead_attention_forward,
-    multihead.multihead_attention_backward: multihead_attention_backward,
-    multihead.append_positions: append_positions,
-    layernorm.layernorm_forward: layernorm_forward,
-    losses.softmax_cross_entropy_forward: softmax_cross_entropy_forward,
-    losses.softmax_cross_entropy_backward: softmax_cross_entropy_backward,
+    "linear_forward": linear_forward,
+    "attention_forward": attention_forward,
+    "multihead_attention_forward": multihead_attention_forward,
+    "multihead_attention_backward": multihead_attention_backward,
+    "append_positions": append_positions,
+    "layernorm_forward": layernorm_forward,
+    "gelu_ffn_forward": gelu_ffn_forward,
+    "softmax_cross_entropy_forward": softmax_cross_entropy_forward,
+    "softmax_cross_entropy_backward": softmax_cross_entropy_backward,
+    "adam_step": adam_step,
 }
 # ---- END FAST FORMS ----
 
 
 # ---- the switch -------------------------------------------------------------------------------------
+#: Each kernel by name, and the core module whose function of that name it runs on the textbook path.
+#: Adam's update has no textbook function in core (the optimiser sits above it): on the textbook path
+#: ``kernels.adam_step`` is None, and :meth:`~numpytransformer.training.optim.Adam.step` runs its own lines.
+TEXTBOOK = {
+    "linear_forward": linear,
+    "attention_forward": attention,
+    "multihead_attention_forward": multihead,
+    "multihead_attention_backward": multihead,
+    "append_positions": multihead,
+    "layernorm_forward": layernorm,
+    "gelu_ffn_forward": feedforward,
+    "softmax_cross_entropy_forward": losses,
+    "softmax_cross_entropy_backward": losses,
+    "adam_step": None,
+}
+
+
 def use_fast(on: bool = True) -> None:
-    """Run the Modules, the loss and Adam on the fast forms (``True``) or on the textbook pairs (``False``)."""
+    """Bind every kernel (:data:`~numpytransformer.core.kernels.kernels`) to its fast form (``True``)
+    or to its textbook function (``False``): the Modules, the loss and Adam run what is bound."""
     if not isinstance(on, bool):
         raise NumpyTransformerError(f"use_fast takes True or False, got {on!r}")
-    FAST_FORMS.clear()
-    if on:
-        FAST_FORMS.update(PAIRS)
+    for name, module in TEXTBOOK.items():
+        textbook_form = None if module is None else getattr(module, name)
+        setattr(kernels, name, PAIRS.get(name, textbook_form) if on else textbook_form)
 
 
 def enabled() -> bool:
     """Whether the fast forms run (the default) rather than the textbook pairs."""
-    return bool(FAST_FORMS)
+    return any(getattr(kernels, name) is form for name, form in PAIRS.items())
 
 
 @contextmanager
@@ -369,6 +492,6 @@ def _from_environment() -> bool:
 
 
 #: Whether the fast forms run when nothing says otherwise: ``NUMPYTRANSFORMER_FAST=0`` in the
-#: environment turns them off. The student edition writes False here (exercises/fences.py).
+#: environment turns them off. The student edition writes False here (course/fences.py).
 ON_BY_DEFAULT = _from_environment()
 use_fast(ON_BY_DEFAULT)

@@ -1,6 +1,7 @@
-"""Softmax cross-entropy with label smoothing, padding ignored, and its fused gradient.
+"""Softmax cross-entropy with label smoothing, padding ignored, and its fused gradient; a language
+model's next-token loss is the same pair against the ids shifted by one.
 
-Derived in lesson 2 (Softmax and cross-entropy), §2-5.
+Derived in lesson 2 (Softmax and cross-entropy), §2-5; lesson 12 (GPT), §5 trains a language model with it.
 """
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from typing import NamedTuple, Optional, Tuple
 import numpy as np
 
 from ..errors import NumpyTransformerError
-from ..nn.module import fast_or_textbook
+from .kernels import kernels
 from .softmax import log_softmax
 from ..validation import as_array, check_int, check_real
 
-__all__ = ["softmax_cross_entropy_forward", "softmax_cross_entropy_backward", "cross_entropy"]
+__all__ = ["softmax_cross_entropy_forward", "softmax_cross_entropy_backward", "cross_entropy", "lm_loss_forward",
+           "lm_loss_backward"]
 
 
 class CrossEntropyCache(NamedTuple):
@@ -127,8 +129,50 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray, pad_id: Optional[int]
     instead, so that an infinite loss cannot pass for a diverged model.
     """
     logits, targets, pad_id, label_smoothing = _check_cross_entropy_args(logits, targets, pad_id, label_smoothing)
-    loss, cache = fast_or_textbook(softmax_cross_entropy_forward)(logits, targets, pad_id, label_smoothing)
-    return loss, fast_or_textbook(softmax_cross_entropy_backward)(1.0, cache)
+    loss, cache = kernels.softmax_cross_entropy_forward(logits, targets, pad_id, label_smoothing)
+    return loss, kernels.softmax_cross_entropy_backward(1.0, cache)
+
+
+def lm_loss_forward(logits: np.ndarray, ids: np.ndarray):
+    """A language model's loss: the mean cross-entropy of every next token.
+
+    The model reads ``ids[:, :T]`` and gives ``logits`` (B, T, V); position t is scored on
+    the id that follows it, ``ids[:, t + 1]``. That is :func:`softmax_cross_entropy_forward`
+    with the ids shifted by one as targets (no padding, no smoothing):
+
+    .. math:: L = -\\frac{1}{BT} \\sum_{b, t} \\log \\text{softmax}(z_{b,t})_{x_{b,t+1}}
+
+    The gradient is lesson 2's (Softmax and cross-entropy, §4); lesson 12 (GPT), §5 shifts the targets.
+
+    Parameters
+    ----------
+    logits : float ndarray (B, T, V)
+    ids : int ndarray (B, T + 1), each in [0, V)
+
+    Returns
+    -------
+    loss : float
+    cache : CrossEntropyCache, for :func:`lm_loss_backward`
+    """
+    if np.ndim(logits) != 3:
+        raise NumpyTransformerError(f"logits must have shape (B, T, V), got {np.shape(logits)}")
+    B, T, V = np.shape(logits)
+    ids = np.asarray(ids)
+    if ids.shape != (B, T + 1) or ids.dtype.kind not in "iu" or not ids.size or ids.min() < 0 or ids.max() >= V:
+        raise NumpyTransformerError(f"ids must be integers in [0, {V}) of shape {(B, T + 1)} (one more than the "
+                                    f"logits' positions), got {ids.dtype} of shape {ids.shape}")
+    ### BEGIN SOLUTION 12.3: the mean next-token loss (targets: ids shifted by one) and its gradient dlogits
+    targets = ids[:, 1:]  # (B, T): what follows each position
+    return softmax_cross_entropy_forward(np.asarray(logits), targets)
+    ### END SOLUTION
+
+
+def lm_loss_backward(dloss: float, cache: CrossEntropyCache) -> np.ndarray:
+    """dlogits (B, T, V) of :func:`lm_loss_forward`: the cross-entropy's gradient at every position,
+    ``dloss * (p - onehot(next id)) / (B T)``. Derived in lesson 2 (Softmax and cross-entropy), §4."""
+    ### BEGIN SOLUTION 12.3: the mean next-token loss (targets: ids shifted by one) and its gradient dlogits
+    return softmax_cross_entropy_backward(dloss, cache)
+    ### END SOLUTION
 
 
 def _check_cross_entropy_args(logits, targets, pad_id, label_smoothing):

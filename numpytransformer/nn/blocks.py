@@ -14,6 +14,7 @@ from .modules import FeedForward
 from .modules import LayerNorm
 from .module import Module
 from .modules import MultiHeadAttention
+from .attention_dropout import DropoutAttention
 
 __all__ = ["Residual", "EncoderLayer", "DecoderLayer"]
 
@@ -21,6 +22,13 @@ __all__ = ["Residual", "EncoderLayer", "DecoderLayer"]
 def _with_memory(grads):
     """``(dx, dmemory)`` from a sublayer's backward: ``dmemory`` is None unless it returned a pair."""
     return grads if isinstance(grads, tuple) else (grads, None)
+
+
+def _attention(d_model: int, n_heads: int, init_rng, dtype, attention_dropout: float, drop_rng) -> MultiHeadAttention:
+    """A layer's attention: one that drops attention weights while training if ``attention_dropout`` > 0."""
+    if attention_dropout:
+        return DropoutAttention(d_model, n_heads, init_rng, dtype, attention_dropout, drop_rng)
+    return MultiHeadAttention(d_model, n_heads, init_rng, dtype)
 
 
 class Residual(Module):
@@ -73,13 +81,19 @@ class Residual(Module):
 
 
 class EncoderLayer(Module):
-    """Self-attention, then the FFN, each inside a :class:`Residual`."""
+    """Self-attention, then the FFN, each inside a :class:`Residual`.
+
+    ``activation``: the FFN's (:class:`~numpytransformer.nn.modules.FeedForward`);
+    ``attention_dropout`` > 0: the attention drops weights while training
+    (:class:`~numpytransformer.nn.attention_dropout.DropoutAttention`). So in :class:`DecoderLayer`.
+    """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, init_rng: np.random.Generator,
-                 drop_rng: np.random.Generator, norm_first: bool = False, eps: float = 1e-5, dtype=np.float64):
+                 drop_rng: np.random.Generator, norm_first: bool = False, eps: float = 1e-5, dtype=np.float64,
+                 activation: str = "relu", attention_dropout: float = 0.0):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, init_rng, dtype)
-        self.ffn = FeedForward(d_model, d_ff, init_rng, dtype)
+        self.self_attn = _attention(d_model, n_heads, init_rng, dtype, attention_dropout, drop_rng)
+        self.ffn = FeedForward(d_model, d_ff, init_rng, dtype, activation)
         self.self_attn_sublayer = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
         self.ffn_sublayer = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
 
@@ -99,11 +113,12 @@ class DecoderLayer(Module):
     """Masked self-attention, cross-attention over the encoder's memory, then the FFN."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, init_rng: np.random.Generator,
-                 drop_rng: np.random.Generator, norm_first: bool = False, eps: float = 1e-5, dtype=np.float64):
+                 drop_rng: np.random.Generator, norm_first: bool = False, eps: float = 1e-5, dtype=np.float64,
+                 activation: str = "relu", attention_dropout: float = 0.0):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, init_rng, dtype)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, init_rng, dtype)
-        self.ffn = FeedForward(d_model, d_ff, init_rng, dtype)
+        self.self_attn = _attention(d_model, n_heads, init_rng, dtype, attention_dropout, drop_rng)
+        self.cross_attn = _attention(d_model, n_heads, init_rng, dtype, attention_dropout, drop_rng)
+        self.ffn = FeedForward(d_model, d_ff, init_rng, dtype, activation)
         self.self_attn_sublayer = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
         self.cross_attn_sublayer = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)
         self.ffn_sublayer = Residual(d_model, dropout, drop_rng, norm_first, eps, dtype)

@@ -114,6 +114,20 @@ class TransformerConfig:
         k neighbours on each side, one table for each offset (a region embedding: see
         :func:`~numpytransformer.core.embedding.region_embedding_forward`). At most :data:`REGION_MAX`;
         not with ``causal``, as it reads the next tokens. Read by the models with an encoder.
+    activation : "relu", "gelu" or "gelu_tanh"
+        The FFN's nonlinearity: the paper's ReLU, BERT's exact GELU or GPT-2's tanh form of it
+        (:mod:`~numpytransformer.core.gelu`).
+    attention_dropout : float
+        Dropout on the attention weights while training (BERT's ``attention_probs_dropout_prob``,
+        GPT-2's ``attn_pdrop``; :mod:`~numpytransformer.core.attention_dropout`), at most :data:`DROPOUT_MAX`.
+    output_bias : bool
+        The output projection adds a bias ``b``; GPT-2's has none.
+    type_vocab_size : int
+        0, or the number of token types (segments) whose learned vectors BERT adds to the
+        encoder's input (sentence A or B). Read by the models with an encoder.
+    embedding_norm : bool
+        A LayerNorm over the encoder's input vectors (token + position + type), before the
+        dropout, as BERT has. Read by the models with an encoder.
     """
 
     src_vocab_size: int
@@ -138,6 +152,11 @@ class TransformerConfig:
     positions: str = "sinusoidal"
     causal: bool = False
     region: int = 0
+    activation: str = "relu"
+    output_bias: bool = True
+    type_vocab_size: int = 0
+    embedding_norm: bool = False
+    attention_dropout: float = 0.0
 
     def __post_init__(self) -> None:
         # Every field is checked and normalised to a plain Python value, so a config
@@ -152,9 +171,14 @@ class TransformerConfig:
             raise NumpyTransformerError(
                 f"TransformerConfig.d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         self.dropout = check_real(self.dropout, "TransformerConfig.dropout", 0.0, DROPOUT_MAX)
+        self.attention_dropout = check_real(self.attention_dropout, "TransformerConfig.attention_dropout", 0.0,
+                                            DROPOUT_MAX)
+        self.type_vocab_size = check_int(self.type_vocab_size, "TransformerConfig.type_vocab_size", 0,
+                                         SIZE_LIMITS["src_vocab_size"])
         self.layernorm_eps = check_real(self.layernorm_eps, "TransformerConfig.layernorm_eps", 0.0, 1.0,
                                         low_open=True)
-        for name in ("norm_first", "tie_embeddings", "share_embeddings", "scale_embeddings", "causal"):
+        for name in ("norm_first", "tie_embeddings", "share_embeddings", "scale_embeddings", "causal", "output_bias",
+                     "embedding_norm"):
             setattr(self, name, check_bool(getattr(self, name), f"TransformerConfig.{name}"))
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise NumpyTransformerError(
@@ -168,7 +192,8 @@ class TransformerConfig:
         if self.region and self.causal:
             raise NumpyTransformerError(f"TransformerConfig.region={self.region} embeds the next tokens too, which a "
                                         "causal encoder must not see: use region=0 with causal=True")
-        for name, allowed in (("pooling", ("mean", "first")), ("positions", ("sinusoidal", "learned"))):
+        for name, allowed in (("pooling", ("mean", "first")), ("positions", ("sinusoidal", "learned")),
+                              ("activation", ("relu", "gelu", "gelu_tanh"))):
             value = getattr(self, name)
             if not isinstance(value, str) or value not in allowed:
                 raise NumpyTransformerError(
@@ -188,7 +213,7 @@ class TransformerConfig:
         """
         D = self.d_model
         embed = D * ((1 + 2 * self.region) * self.src_vocab_size + 2 * self.tgt_vocab_size + self.n_classes
-                     + 2 * self.max_len)
+                     + 2 * self.max_len + self.type_vocab_size)
         per_layer = 4 * D * D + 2 * D * self.d_ff  # attention (q, k, v, o) and the FFN
         return embed + self.n_layers * per_layer + self.n_decoder_layers * (per_layer + 4 * D * D)
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import NumpyTransformerError
 from ..core.softmax import log_softmax
+from .models import Transformer, TransformerClassifier
 
 __all__ = ["Ensemble"]
 
@@ -35,6 +36,10 @@ class Ensemble:
         self.models = list(models)
         if not self.models:
             raise NumpyTransformerError("models: expected at least one trained model, got none")
+        for i, m in enumerate(self.models):
+            if not isinstance(m, (Transformer, TransformerClassifier)):
+                raise NumpyTransformerError(f"models[{i}]: expected a Transformer or a TransformerClassifier, "
+                                            f"got {type(m).__name__}")
         first = self.models[0].cfg
         for i, m in enumerate(self.models[1:], 1):
             if type(m) is not type(self.models[0]):

@@ -14,7 +14,7 @@ where :math:`h^{(0)} = E[x] + P` and each of the N blocks is
 """
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional
+from typing import List, Optional
 
 import numpy as np
 
@@ -29,10 +29,9 @@ from .models import OutputProjection, _Model, check_kv_caches
 from .module import ModuleList
 from .modules import LearnedPositionalEmbedding, PositionalEncoding
 from ..core.softmax import log_softmax
-from ..validation import check_ids, inputs_checked
+from ..validation import check_ids, check_mask, inputs_checked
 
-__all__ = ["GPTBlock", "TransformerLM", "prefix_mask", "LMLossCache", "lm_loss_forward", "lm_loss_backward",
-           "next_token_nats"]
+__all__ = ["GPTBlock", "TransformerLM", "prefix_mask", "next_token_nats"]
 
 
 def prefix_mask(T: int, offset: int) -> np.ndarray:
@@ -41,58 +40,6 @@ def prefix_mask(T: int, offset: int) -> np.ndarray:
     s = np.arange(offset + T)[None, :]
     t = np.arange(T)[:, None] + offset
     return (s <= t)[None, None]
-
-
-class LMLossCache(NamedTuple):
-    probs: np.ndarray  # (B, T, V) softmax of the logits, of the logits' dtype
-    targets: np.ndarray  # (B, T) the id that follows each position
-
-
-def lm_loss_forward(logits: np.ndarray, ids: np.ndarray):
-    """A language model's loss: the mean cross-entropy of every next token.
-
-    The model reads ``ids[:, :T]`` and gives ``logits`` (B, T, V); position t is scored on
-    the id that follows it, ``ids[:, t + 1]``:
-
-    .. math:: L = -\\frac{1}{BT} \\sum_{b, t} \\log \\text{softmax}(z_{b,t})_{x_{b,t+1}}
-
-    Derived in lesson 12 (GPT), §5.
-
-    Parameters
-    ----------
-    logits : float ndarray (B, T, V)
-    ids : int ndarray (B, T + 1), each in [0, V)
-
-    Returns
-    -------
-    loss : float
-    cache : LMLossCache, for :func:`lm_loss_backward`
-    """
-    if np.ndim(logits) != 3:
-        raise NumpyTransformerError(f"logits must have shape (B, T, V), got {np.shape(logits)}")
-    B, T, V = np.shape(logits)
-    ids = np.asarray(ids)
-    if ids.shape != (B, T + 1) or ids.dtype.kind not in "iu" or not ids.size or ids.min() < 0 or ids.max() >= V:
-        raise NumpyTransformerError(f"ids must be integers in [0, {V}) of shape {(B, T + 1)} (one more than the "
-                                    f"logits' positions), got {ids.dtype} of shape {ids.shape}")
-    ### BEGIN SOLUTION 12.3: the mean next-token loss (targets: ids shifted by one) and its gradient dlogits
-    targets = ids[:, 1:]  # (B, T): what follows each position
-    logp = log_softmax(np.asarray(logits))  # in the logits' dtype: the max subtracted, nothing overflows
-    loss = -float(np.take_along_axis(logp, targets[..., None], axis=-1).mean())
-    cache = LMLossCache(np.exp(logp), targets)
-    ### END SOLUTION
-    return loss, cache
-
-
-def lm_loss_backward(dloss: float, cache: LMLossCache) -> np.ndarray:
-    """dlogits (B, T, V) of :func:`lm_loss_forward`. Derived in lesson 12 (GPT), §5."""
-    ### BEGIN SOLUTION 12.3: the mean next-token loss (targets: ids shifted by one) and its gradient dlogits
-    dlogits = cache.probs.copy()
-    B, T = cache.targets.shape
-    dlogits[np.arange(B)[:, None], np.arange(T)[None, :], cache.targets] -= 1.0
-    dlogits *= dloss / (B * T)  # in place: dlogits keeps the logits' dtype, whatever the type of dloss
-    return dlogits
-    ### END SOLUTION
 
 
 def next_token_nats(model, x: np.ndarray, y: np.ndarray, vocab_size: int, budget: int = 2 ** 22) -> float:
@@ -151,12 +98,12 @@ class TransformerLM(_Model):
         self.drop = Dropout(cfg.dropout, self.rng)
         self.layers = ModuleList([
             GPTBlock(D, cfg.n_heads, cfg.d_ff, cfg.dropout, self.init_rng, self.rng, cfg.norm_first,
-                     cfg.layernorm_eps, dt)
+                     cfg.layernorm_eps, dt, cfg.activation, cfg.attention_dropout)
             for _ in range(cfg.n_layers)
         ])
         self.final_norm = LayerNorm(D, cfg.layernorm_eps, dt) if cfg.norm_first else None
         self.out = OutputProjection(D, cfg.src_vocab_size, self.init_rng, dt,
-                                    self.embed if cfg.tie_embeddings else None)
+                                    self.embed if cfg.tie_embeddings else None, cfg.output_bias)
 
     @property
     def vocab_size(self) -> int:
@@ -168,12 +115,19 @@ class TransformerLM(_Model):
             x = layer(x, mask, None if kv_caches is None else kv_caches[i])
         return self.final_norm(x) if self.final_norm is not None else x
 
-    def forward(self, ids) -> np.ndarray:
-        """ids: int (B, T) with T <= max_len -> logits (B, T, V); position t sees ids[:, :t+1] only."""
+    def forward(self, ids, attention_mask=None) -> np.ndarray:
+        """ids: int (B, T) with T <= max_len -> logits (B, T, V); position t sees ids[:, :t+1] only.
+
+        ``attention_mask`` (B, T) bool or 0/1, optional: 0 at padding, whose keys no position
+        attends to (Hugging Face's argument of that name).
+        """
         ids = check_ids(ids, "ids", self.cfg.src_vocab_size, self.cfg.max_len)
+        mask = causal_mask(ids.shape[1])  # (1, 1, T, T)
+        if attention_mask is not None:
+            mask = mask & check_mask(attention_mask, "attention_mask", ids.shape)[:, None, None, :]  # (B, 1, T, T)
         self._out_shape = None
         with inputs_checked():  # checked once here: the modules skip their own checks
-            logits = self.out(self._hidden(ids, causal_mask(ids.shape[1]), None, 0))
+            logits = self.out(self._hidden(ids, mask, None, 0))
         self._out_shape = logits.shape  # backward may now run
         return logits
 
@@ -192,8 +146,8 @@ class TransformerLM(_Model):
         self.embed.backward(self.pos.backward(self.drop.backward(d)))
 
     def new_kv_caches(self) -> List[dict]:
-        """Empty caches for :meth:`forward_cached`, one per layer, with room for the whole context."""
-        return [{"room": self.cfg.max_len} for _ in self.layers]
+        """Empty caches for :meth:`forward_cached`, one per layer."""
+        return [{} for _ in self.layers]
 
     def forward_cached(self, ids, kv_caches: List[dict], position: int) -> np.ndarray:
         """Inference: logits (B, T, V) of the new ids (B, T) at ``position, ..., position+T-1``.

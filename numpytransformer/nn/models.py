@@ -13,11 +13,12 @@ from ..errors import NumpyTransformerError
 from .modules import LayerNorm
 from .blocks import DecoderLayer, EncoderLayer
 from .modules import Linear
-from ..core.linear import linear_backward, linear_forward
-from .module import Module, ModuleList, fast_or_textbook
+from ..core.kernels import kernels
+from ..core.linear import linear_backward
+from .module import Module, ModuleList
 from .modules import MultiHeadAttention
 from ..core.pooling import first_token_backward, first_token_forward, mean_pool_backward, mean_pool_forward
-from .modules import PositionalEncoding
+from .modules import LearnedPositionalEmbedding, PositionalEncoding
 from ..validation import (
     check_float,
     check_ids,
@@ -45,31 +46,49 @@ class Embedder(Module):
     their own: the source and target of a joint vocabulary share it. With ``region`` k > 0, each
     token's vector also adds the embeddings of its k neighbours on each side
     (:class:`~numpytransformer.nn.modules.RegionEmbedding`): an encoder's choice, as it reads later tokens.
+
+    BERT's front end is three options: ``learned`` positions (a table, not sinusoids), ``types``
+    > 0 token-type (segment) vectors added to each token's, and ``norm``, a LayerNorm over the
+    sum before the dropout: :math:`\text{Dropout}(\text{LN}(E[x] + P + E_{type}[s]))`.
     """
 
     def __init__(self, vocab_size: int, cfg: TransformerConfig, init_rng, drop_rng, shared: Optional[Embedding] = None,
-                 region: int = 0):
+                 region: int = 0, learned: bool = False, types: int = 0, norm: bool = False):
         super().__init__()
         dt = cfg.np_dtype
         self.embed = (SharedEmbedding(shared) if shared is not None else
                       Embedding(vocab_size, cfg.d_model, init_rng, dt, cfg.scale_embeddings, cfg.pad_id))
         self.region = (RegionEmbedding(vocab_size, cfg.d_model, region, init_rng, dt, cfg.scale_embeddings, cfg.pad_id)
                        if region else None)
-        self.pos = PositionalEncoding(cfg.max_len, cfg.d_model, dt)
+        self.pos = (LearnedPositionalEmbedding(cfg.max_len, cfg.d_model, init_rng, dt) if learned
+                    else PositionalEncoding(cfg.max_len, cfg.d_model, dt))
+        self.types = Embedding(types, cfg.d_model, init_rng, dt, scale=False, pad_id=None) if types else None
+        self.norm = LayerNorm(cfg.d_model, cfg.layernorm_eps, dt) if norm else None
         self.drop = Dropout(cfg.dropout, drop_rng)
 
-    def forward(self, ids: np.ndarray, offset: int = 0) -> np.ndarray:
-        """ids (B, T) -> (B, T, D); ``offset`` is the position of ``ids[:, 0]`` (incremental decoding)."""
+    def forward(self, ids: np.ndarray, offset: int = 0, token_types: Optional[np.ndarray] = None) -> np.ndarray:
+        """ids (B, T) -> (B, T, D); ``offset`` is the position of ``ids[:, 0]`` (incremental decoding);
+        ``token_types`` (B, T) ids of the type table, all 0 if None (read only with ``types``)."""
         x = self.embed(ids)
         if self.region is not None:
             x = x + self.region(ids)
-        return self.drop(self.pos(x, offset))
+        if self.types is not None:
+            x = x + self.types(np.zeros_like(ids) if token_types is None else token_types)
+        x = self.pos(x, offset)
+        if self.norm is not None:
+            x = self.norm(x)
+        return self.drop(x)
 
     def backward(self, dout: np.ndarray) -> None:
-        dx = self.pos.backward(self.drop.backward(dout))
+        d = self.drop.backward(dout)
+        if self.norm is not None:
+            d = self.norm.backward(d)
+        dx = self.pos.backward(d)
         self.embed.backward(dx)
         if self.region is not None:
             self.region.backward(dx)
+        if self.types is not None:
+            self.types.backward(dx)
 
 
 class Encoder(Module):
@@ -78,17 +97,21 @@ class Encoder(Module):
     def __init__(self, cfg: TransformerConfig, init_rng, drop_rng, vocab_size: Optional[int] = None):
         super().__init__()
         dt = cfg.np_dtype
-        self.embedder = Embedder(vocab_size or cfg.src_vocab_size, cfg, init_rng, drop_rng, region=cfg.region)
+        self.embedder = Embedder(vocab_size or cfg.src_vocab_size, cfg, init_rng, drop_rng, region=cfg.region,
+                                 learned=cfg.positions == "learned", types=cfg.type_vocab_size,
+                                 norm=cfg.embedding_norm)
         self.layers = ModuleList([
             EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, init_rng, drop_rng,
-                         cfg.norm_first, cfg.layernorm_eps, dt)
+                         cfg.norm_first, cfg.layernorm_eps, dt, cfg.activation, cfg.attention_dropout)
             for _ in range(cfg.n_layers)
         ])
         self.final_norm = LayerNorm(cfg.d_model, cfg.layernorm_eps, dt) if cfg.norm_first else None
 
-    def forward(self, src: np.ndarray, src_mask: Optional[np.ndarray]) -> np.ndarray:
-        """src (B, S) ids, src_mask (B, 1, 1, S) -> memory (B, S, D)."""
-        x = self.embedder(src)
+    def forward(self, src: np.ndarray, src_mask: Optional[np.ndarray],
+                token_types: Optional[np.ndarray] = None) -> np.ndarray:
+        """src (B, S) ids, src_mask (B, 1, 1, S) -> memory (B, S, D); ``token_types`` (B, S), with
+        ``cfg.type_vocab_size``."""
+        x = self.embedder(src, token_types=token_types)
         for layer in self.layers:
             x = layer(x, src_mask)
         return self.final_norm(x) if self.final_norm is not None else x
@@ -110,7 +133,7 @@ class Decoder(Module):
         self.embedder = Embedder(cfg.tgt_vocab_size, cfg, init_rng, drop_rng, shared)
         self.layers = ModuleList([
             DecoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, init_rng, drop_rng,
-                         cfg.norm_first, cfg.layernorm_eps, dt)
+                         cfg.norm_first, cfg.layernorm_eps, dt, cfg.activation, cfg.attention_dropout)
             for _ in range(cfg.n_decoder_layers)
         ])
         self.final_norm = LayerNorm(cfg.d_model, cfg.layernorm_eps, dt) if cfg.norm_first else None
@@ -145,15 +168,17 @@ class OutputProjection(Module):
     With ``tied`` (an :class:`Embedding`), ``W`` is the embedding matrix transposed
     (section 3.4 of the paper): the weight lives in the embedding and its gradient
     is accumulated there, so the shared matrix receives the sum of both uses.
+    ``bias=False``: logits ``h W`` without ``b``, as GPT-2's.
     """
 
-    def __init__(self, d_model: int, vocab_size: int, init_rng, dtype, tied: Optional[Embedding] = None):
+    def __init__(self, d_model: int, vocab_size: int, init_rng, dtype, tied: Optional[Embedding] = None,
+                 bias: bool = True):
         super().__init__()
         # Not registered as a child: the shared matrix is already named under the embedding.
         object.__setattr__(self, "tied", tied)
         if tied is None:
-            self.linear = Linear(d_model, vocab_size, init_rng, dtype)
-        else:
+            self.linear = Linear(d_model, vocab_size, init_rng, dtype, bias=bias)
+        elif bias:
             self.add_param("b", np.zeros(vocab_size, dtype=dtype))
 
     def forward(self, h: np.ndarray) -> np.ndarray:
@@ -161,8 +186,8 @@ class OutputProjection(Module):
         if self.tied is None:
             return self.linear(h)  # Linear checks h
         if needs_checks():  # False inside a model, which has checked its own inputs
-            check_float(h, "h", self.params["b"].dtype, last_dim=self.tied.params["W"].shape[1])
-        logits, self._cache = fast_or_textbook(linear_forward)(h, self.tied.params["W"].T, self.params["b"])
+            check_float(h, "h", self.tied.params["W"].dtype, last_dim=self.tied.params["W"].shape[1])
+        logits, self._cache = kernels.linear_forward(h, self.tied.params["W"].T, self.params.get("b"))
         return logits
 
     def backward(self, dlogits: np.ndarray) -> np.ndarray:
@@ -170,7 +195,8 @@ class OutputProjection(Module):
             return self.linear.backward(dlogits)
         dh, dWt, db = linear_backward(dlogits, self._pop_cache())
         self.tied.grads["W"] += dWt.T
-        self.grads["b"] += db
+        if "b" in self.grads:
+            self.grads["b"] += db
         return dh
 
 
@@ -240,6 +266,9 @@ class _Model(Module):
         if cfg.region and not self.has_encoder:
             raise NumpyTransformerError(f"region={cfg.region} is a region embedding in an encoder; a {name} has no "
                                         "encoder: leave it 0")
+        if (cfg.type_vocab_size or cfg.embedding_norm) and not self.has_encoder:
+            raise NumpyTransformerError(f"type_vocab_size and embedding_norm are options of an encoder's input; a "
+                                        f"{name} has no encoder: leave them 0 and False")
         if cfg.causal and not self.can_be_causal:
             raise NumpyTransformerError(f"causal=True masks the classifier's encoder (TransformerClassifier); a "
                                         f"{name} does not read it: leave it False")
@@ -286,7 +315,7 @@ class Transformer(_Model):
         self.decoder = Decoder(cfg, self.init_rng, self.rng, source if cfg.share_embeddings else None)
         target = source if cfg.share_embeddings else self.decoder.embedder.embed
         tied = target if cfg.tie_embeddings else None
-        self.out = OutputProjection(cfg.d_model, cfg.tgt_vocab_size, self.init_rng, cfg.np_dtype, tied)
+        self.out = OutputProjection(cfg.d_model, cfg.tgt_vocab_size, self.init_rng, cfg.np_dtype, tied, cfg.output_bias)
 
     # Each public method checks its arguments once (NumpyTransformerError naming the bad
     # one), then runs the unchecked private method inside inputs_checked(), where the
@@ -394,7 +423,7 @@ class TransformerTagger(_Model):
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
         self.encoder = Encoder(cfg, self.init_rng, self.rng)
-        self.out = Linear(cfg.d_model, cfg.tgt_vocab_size, self.init_rng, cfg.np_dtype)
+        self.out = Linear(cfg.d_model, cfg.tgt_vocab_size, self.init_rng, cfg.np_dtype, bias=cfg.output_bias)
 
     def forward(self, x) -> np.ndarray:
         """x: ids (B, T) -> logits (B, T, tgt_vocab_size)."""
@@ -416,7 +445,7 @@ class TransformerClassifier(_Model):
     With ``cfg.causal`` the encoder's self-attention is masked as a language model's is
     (padding and causal masks): the hidden state at position t depends on tokens 0..t
     only, so the encoder can start from a pretrained
-    :class:`~numpytransformer.nn.gpt.TransformerLM` (see :mod:`numpytransformer.pretrain`).
+    :class:`~numpytransformer.nn.gpt.TransformerLM` (see :mod:`numpytransformer.nn.transfer`).
     """
 
     can_be_causal = has_encoder = True
@@ -424,7 +453,7 @@ class TransformerClassifier(_Model):
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
         self.encoder = Encoder(cfg, self.init_rng, self.rng)
-        self.out = Linear(cfg.d_model, cfg.n_classes, self.init_rng, cfg.np_dtype)
+        self.out = Linear(cfg.d_model, cfg.n_classes, self.init_rng, cfg.np_dtype, bias=cfg.output_bias)
         self._pool_cache = None
 
     def forward(self, x) -> np.ndarray:

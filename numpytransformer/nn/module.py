@@ -15,23 +15,13 @@ has already checked what came in, the modules skip these checks
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterator, List, Tuple
+from typing import Dict, Iterator, List, Tuple
 
 import numpy as np
 
 from ..validation import check_bool
 
-__all__ = ["Module", "ModuleList", "FAST_FORMS", "fast_or_textbook"]
-
-#: The fast form of each pure function that has one, by the textbook function it replaces.
-#: :mod:`numpytransformer.core.fast` fills it while the fast path is on and empties it when the
-#: textbook pairs are to run (``fast.use_fast(False)``); the Modules look their functions up here.
-FAST_FORMS: Dict[Callable, Callable] = {}
-
-
-def fast_or_textbook(function: Callable) -> Callable:
-    """What a Module runs for the textbook ``function``: its fast form while the fast path is on, else itself."""
-    return FAST_FORMS.get(function, function)
+__all__ = ["Module", "ModuleList"]
 
 
 class Module:

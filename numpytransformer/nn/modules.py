@@ -9,19 +9,21 @@ from typing import Optional
 
 import numpy as np
 
-from ..core.attention import attention_forward
 from ..core.dropout import dropout_backward, dropout_forward
 from ..core.embedding import (embedding_backward, embedding_forward, region_embedding_backward,
                               region_embedding_forward)
-from ..core.feedforward import ffn_backward, ffn_forward
-from ..core.layernorm import layernorm_backward, layernorm_forward
-from ..core.linear import linear_backward, linear_forward, xavier_uniform
-from ..core.multihead import (PARAM_NAMES, append_positions, merge_heads, split_heads, multihead_attention_backward, multihead_attention_forward)
+from ..core.feedforward import ffn_backward, ffn_forward, gelu_ffn_backward
+from ..core.kernels import kernels
+from ..core.layernorm import layernorm_backward
+from ..core.linear import linear_backward, xavier_uniform
+from ..core.multihead import PARAM_NAMES, merge_heads, split_heads
 from ..core.positional import (_check_input, learned_positional_backward, learned_positional_forward,
                                positional_backward, positional_forward, sinusoidal_encoding)
 from ..core.relu import relu_backward, relu_forward
-from ..validation import check_float, check_ids, check_mask, check_real, check_same_batch, needs_checks
-from .module import Module, fast_or_textbook
+from ..errors import NumpyTransformerError
+from ..validation import (check_float, check_ids, check_int, check_mask, check_positive_int, check_real,
+                          check_same_batch, needs_checks)
+from .module import Module
 
 __all__ = ['Linear', 'ReLU', 'Dropout', 'LayerNorm', 'Embedding', 'SharedEmbedding', 'RegionEmbedding', 'PositionalEncoding', 'LearnedPositionalEmbedding', 'FeedForward', 'MultiHeadAttention']
 
@@ -31,6 +33,7 @@ class Linear(Module):
 
     def __init__(self, d_in: int, d_out: int, rng: np.random.Generator, dtype=np.float64, bias: bool = True):
         super().__init__()
+        d_in, d_out = check_positive_int(d_in, "d_in"), check_positive_int(d_out, "d_out")
         self.add_param("W", xavier_uniform(rng, d_in, d_out, dtype))
         if bias:
             self.add_param("b", np.zeros(d_out, dtype=dtype))
@@ -39,7 +42,7 @@ class Linear(Module):
         """x (..., D_in) of the weights' dtype, finite -> (..., D_out)."""
         if needs_checks():  # False inside a model, which has checked its own inputs
             check_float(x, "x", self.params["W"].dtype, last_dim=self.params["W"].shape[0])
-        out, self._cache = fast_or_textbook(linear_forward)(x, self.params["W"], self.params.get("b"))
+        out, self._cache = kernels.linear_forward(x, self.params["W"], self.params.get("b"))
         return out
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
@@ -85,6 +88,7 @@ class LayerNorm(Module):
     def __init__(self, d_model: int, eps: float = 1e-5, dtype=np.float64):
         super().__init__()
         self.eps = check_real(eps, "eps", 0.0, low_open=True)
+        d_model = check_positive_int(d_model, "d_model")
         self.add_param("gamma", np.ones(d_model, dtype=dtype))
         self.add_param("beta", np.zeros(d_model, dtype=dtype))
 
@@ -92,7 +96,7 @@ class LayerNorm(Module):
         """x (..., D) of the parameters' dtype, finite -> (..., D)."""
         if needs_checks():  # False inside a model, which has checked its own inputs
             check_float(x, "x", self.params["gamma"].dtype, last_dim=self.params["gamma"].shape[0])
-        out, self._cache = fast_or_textbook(layernorm_forward)(x, self.params["gamma"], self.params["beta"], self.eps)
+        out, self._cache = kernels.layernorm_forward(x, self.params["gamma"], self.params["beta"], self.eps)
         return out
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
@@ -113,6 +117,8 @@ class Embedding(Module):
     def __init__(self, vocab_size: int, d_model: int, rng: np.random.Generator, dtype=np.float64,
                  scale: bool = True, pad_id: Optional[int] = 0):
         super().__init__()
+        vocab_size, d_model = check_positive_int(vocab_size, "vocab_size"), check_positive_int(d_model, "d_model")
+        pad_id = None if pad_id is None else check_int(pad_id, "pad_id", 0, vocab_size - 1)
         W = (rng.standard_normal((vocab_size, d_model)) * d_model ** -0.5).astype(dtype)
         if pad_id is not None:
             W[pad_id] = 0
@@ -167,6 +173,8 @@ class RegionEmbedding(Module):
     def __init__(self, vocab_size: int, d_model: int, k: int, rng: np.random.Generator, dtype=np.float64,
                  scale: bool = True, pad_id: int = 0):
         super().__init__()
+        vocab_size, d_model = check_positive_int(vocab_size, "vocab_size"), check_positive_int(d_model, "d_model")
+        k, pad_id = check_positive_int(k, "k"), check_int(pad_id, "pad_id", 0, vocab_size - 1)
         W = (rng.standard_normal((2 * k, vocab_size, d_model)) * d_model ** -0.5).astype(dtype)
         W[:, pad_id] = 0
         self.add_param("W", W)
@@ -191,6 +199,7 @@ class PositionalEncoding(Module):
 
     def __init__(self, max_len: int, d_model: int, dtype=np.float64):
         super().__init__()
+        max_len, d_model = check_positive_int(max_len, "max_len"), check_positive_int(d_model, "d_model")
         self.pe = sinusoidal_encoding(max_len, d_model, dtype)
 
     def forward(self, x: np.ndarray, offset: int = 0) -> np.ndarray:
@@ -210,6 +219,8 @@ class LearnedPositionalEmbedding(Module):
 
     def __init__(self, max_len: int, d_model: int, rng: np.random.Generator, dtype=np.float64, std: float = 0.02):
         super().__init__()
+        max_len, d_model = check_positive_int(max_len, "max_len"), check_positive_int(d_model, "d_model")
+        std = check_real(std, "std", 0.0)
         self.add_param("P", (rng.standard_normal((max_len, d_model)) * std).astype(dtype))
 
     def forward(self, x: np.ndarray, offset: int = 0) -> np.ndarray:
@@ -225,10 +236,20 @@ class LearnedPositionalEmbedding(Module):
 
 
 class FeedForward(Module):
-    """Position-wise FFN with parameters ``W1, b1, W2, b2``."""
+    """Position-wise FFN with parameters ``W1, b1, W2, b2``.
 
-    def __init__(self, d_model: int, d_ff: int, rng: np.random.Generator, dtype=np.float64):
+    ``activation``: ``"relu"`` (the paper's), ``"gelu"`` (BERT's) or ``"gelu_tanh"`` (GPT-2's tanh form).
+    """
+
+    ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+
+    def __init__(self, d_model: int, d_ff: int, rng: np.random.Generator, dtype=np.float64,
+                 activation: str = "relu"):
         super().__init__()
+        d_model, d_ff = check_positive_int(d_model, "d_model"), check_positive_int(d_ff, "d_ff")
+        if activation not in self.ACTIVATIONS:
+            raise NumpyTransformerError(f"activation must be one of {self.ACTIVATIONS}, got {activation!r}")
+        self.activation = activation
         self.add_param("W1", xavier_uniform(rng, d_model, d_ff, dtype))
         self.add_param("b1", np.zeros(d_ff, dtype=dtype))
         self.add_param("W2", xavier_uniform(rng, d_ff, d_model, dtype))
@@ -238,11 +259,15 @@ class FeedForward(Module):
         """x (..., D) of the weights' dtype, finite -> (..., D)."""
         if needs_checks():  # False inside a model, which has checked its own inputs
             check_float(x, "x", self.params["W1"].dtype, last_dim=self.params["W1"].shape[0])
-        out, self._cache = ffn_forward(x, **self.params)
+        if self.activation == "relu":
+            out, self._cache = ffn_forward(x, **self.params)
+        else:
+            out, self._cache = kernels.gelu_ffn_forward(x, **self.params, approximate=self.activation == "gelu_tanh")
         return out
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
-        dx, *dparams = ffn_backward(dout, self._pop_cache())
+        backward = ffn_backward if self.activation == "relu" else gelu_ffn_backward
+        dx, *dparams = backward(dout, self._pop_cache())
         for name, g in zip(("W1", "b1", "W2", "b2"), dparams):
             self.grads[name] += g
         return dx
@@ -256,8 +281,9 @@ class MultiHeadAttention(Module):
 
     def __init__(self, d_model: int, n_heads: int, rng: np.random.Generator, dtype=np.float64):
         super().__init__()
+        d_model, n_heads = check_positive_int(d_model, "d_model"), check_positive_int(n_heads, "n_heads")
         if d_model % n_heads != 0:
-            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+            raise NumpyTransformerError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
         self.n_heads = n_heads
         self.attention_weights: Optional[np.ndarray] = None  # (B, H, T, S) of the last forward
         for name in PARAM_NAMES:
@@ -268,20 +294,31 @@ class MultiHeadAttention(Module):
 
     def forward(self, x: np.ndarray, x_kv: Optional[np.ndarray] = None, mask: Optional[np.ndarray] = None,
                 kv_cache: Optional[dict] = None):
-        """Attention of ``x`` (B, T, D) over itself, or over ``x_kv`` (B, S, D).
+        """Attention of ``x`` (B, T, D) over itself, or over ``x_kv`` (B, S, D): the pair
+        :func:`~numpytransformer.core.multihead.multihead_attention_forward` (or its fast form).
 
-        ``kv_cache`` (a dict, inference only) turns on incremental decoding: in
-        self-attention the keys and values of the new positions are appended to the
-        ones cached from earlier steps; in cross-attention the memory's keys and values
-        are computed once and reused. The result equals the full forward's. An int under
-        ``"room"`` is the most positions the self-attention cache will hold (its buffer's size).
+        Notes
+        -----
+        **The KV cache.** ``kv_cache`` (a dict, inference only) turns this into the incremental
+        variant of the pair that decoding runs, one position (or a few) at a time. It computes
+        the queries, keys and values of the new positions only, with the pair's projections,
+        then their attention over every key so far: in self-attention the new keys and values
+        are appended to those cached by earlier calls (``append_positions``), in cross-attention
+        the memory's are computed at the first call and reused. It keeps no cache for a backward.
+
+        Why this equals the full forward on the prefix: each projection acts on each position
+        alone, so the keys and values of earlier positions do not change when later ones arrive,
+        and the cached ones are those the full forward computes; under the causal mask of the
+        prefix (``nn.gpt.prefix_mask``), a new position attends to the earlier positions and
+        itself, which are exactly the cached keys and the new ones; the merge and the output
+        projection act on each position alone again. So its output is the last rows of the full
+        forward over the whole prefix (``tests/test_multihead.py`` checks it).
         """
         if needs_checks():  # False inside a model, which has checked its own inputs
             mask = self._check_inputs(x, x_kv, mask, kv_cache is None)
         if kv_cache is not None:
             return self._forward_cached(x, x_kv, mask, kv_cache)
-        forward = fast_or_textbook(multihead_attention_forward)
-        out, self._cache = forward(x, x_kv, **self.params, n_heads=self.n_heads, mask=mask)
+        out, self._cache = kernels.multihead_attention_forward(x, x_kv, **self.params, n_heads=self.n_heads, mask=mask)
         self.attention_weights = self._cache.att.weights
         return out
 
@@ -299,33 +336,31 @@ class MultiHeadAttention(Module):
         return check_mask(mask, "mask", (x.shape[0], self.n_heads, x.shape[1], keys.shape[1]))
 
     def _forward_cached(self, x, x_kv, mask, kv_cache: dict) -> np.ndarray:
+        """The KV-cache variant of :meth:`forward` (see its notes)."""
         p, H = self.params, self.n_heads
 
-        linear, attention, append = (fast_or_textbook(f) for f in (linear_forward, attention_forward, append_positions))
-
         def project(a, name):  # linear_forward: one (B*T, D) @ (D, D) product, not one per sentence
-            return split_heads(linear(a, p["W_" + name], p["b_" + name])[0], H)
+            return split_heads(kernels.linear_forward(a, p["W_" + name], p["b_" + name])[0], H)
 
         if x_kv is None:
             q, k, v = project(x, "q"), project(x, "k"), project(x, "v")  # (B, H, T_new, D/H)
             if "k" in kv_cache:
-                room = kv_cache.get("room", 0)  # the most positions the decoder will cache, if it knows
-                k = append(kv_cache["k"], k, room)  # (B, H, T_so_far, D/H)
-                v = append(kv_cache["v"], v, room)
+                k = kernels.append_positions(kv_cache["k"], k)  # (B, H, T_so_far, D/H)
+                v = kernels.append_positions(kv_cache["v"], v)
             kv_cache["k"], kv_cache["v"] = k, v
         else:
             q = project(x, "q")
             if "k" not in kv_cache:
                 kv_cache["k"], kv_cache["v"] = project(x_kv, "k"), project(x_kv, "v")  # (B, H, S, D/H)
             k, v = kv_cache["k"], kv_cache["v"]
-        att, att_cache = attention(q, k, v, mask)
+        att, att_cache = kernels.attention_forward(q, k, v, mask)  # (B, H, T_new, D/H)
         self.attention_weights = att_cache.weights
         self._cache = None  # inference only: there is nothing to differentiate
-        return linear(merge_heads(att), p["W_o"], p["b_o"])[0]
+        return kernels.linear_forward(merge_heads(att), p["W_o"], p["b_o"])[0]
 
     def backward(self, dout: np.ndarray):
         """Returns ``dx`` for self-attention, ``(dx, dx_kv)`` for cross-attention."""
-        dx_q, dx_kv, *dparams = fast_or_textbook(multihead_attention_backward)(dout, self._pop_cache())
+        dx_q, dx_kv, *dparams = kernels.multihead_attention_backward(dout, self._pop_cache())
         for name, g in zip(PARAM_NAMES, dparams):
             self.grads[name] += g
         return dx_q if dx_kv is None else (dx_q, dx_kv)

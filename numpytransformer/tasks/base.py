@@ -1,8 +1,8 @@
 """The Task interface: everything the trainer and the command line need from a task.
 
-A task glues data, a model and a measure of success together. The trainer calls only
-``train_batches``, ``shard``, ``train_step_loss`` (which calls ``noised``), ``target_count``, ``input_tokens``, ``validate``, ``to_dict``,
-``data_summary`` and the class attributes; the command line adds ``recipe``,
+A task glues data, a model and a measure of success together. The trainer calls only what
+:class:`~numpytransformer.training.trainer.TrainingTask` declares (the batches, their arrays, the
+loss, the validation), which :class:`Task` inherits; the command line adds ``recipe``,
 ``check_settings``, ``build_model``, ``pretrain``, ``test_report``, ``evaluate``, ``check_input``, ``predict``, ``attention``, ``generate``
 and :func:`task_from_dict`.
 
@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 
 from ..errors import NumpyTransformerError
-from ..core.losses import cross_entropy
 from ..training.settings import ModelSettings
+from ..training.trainer import TrainConfig, TrainingTask
 
 __all__ = ["Task", "TASKS", "task_class", "task_from_dict"]
 
 
-class Task(ABC):
+class Task(TrainingTask):
     """A task: data settings, model settings, and what to do with them.
 
     Subclasses set the class attributes and implement the abstract methods. ``data`` is an
@@ -37,10 +36,6 @@ class Task(ABC):
     name: ClassVar[str]
     #: The dataclass of the task's data settings.
     Data: ClassVar[type]
-    #: The metric of :meth:`validate` that picks the best checkpoint (higher is better).
-    selection_metric: ClassVar[str]
-    #: What :meth:`train_step_loss` counts, as the progress line names it (tok/s).
-    count_unit: ClassVar[str] = "tok"
     #: The command that runs a trained model on new input.
     predict_command: ClassVar[str] = "predict"
     #: How many examples ``eval`` scores by default (0: the whole test split).
@@ -63,7 +58,7 @@ class Task(ABC):
     # ---- settings ----------------------------------------------------------------------
     @classmethod
     @abstractmethod
-    def recipe(cls, data) -> Tuple[ModelSettings, "TrainConfig"]:  # noqa: F821
+    def recipe(cls, data) -> Tuple[ModelSettings, TrainConfig]:
         """The default model and training settings for ``data``. A recipe fixes its number of updates,
         not a time budget, so that its result does not depend on the machine's speed."""
 
@@ -75,11 +70,6 @@ class Task(ABC):
         """What is learned from the training data before training (vocabularies); JSON."""
         return {}
 
-    def data_summary(self) -> dict:
-        """What identifies the data read (counts, a digest): ``--resume`` refuses other data.
-        A :class:`~numpytransformer.training.trainer.Trainer` calls it once, when it is built."""
-        return {}
-
     def to_dict(self) -> dict:
         return {"name": self.name, "data": dataclasses.asdict(self.data), "model": dataclasses.asdict(self.model),
                 "state": self.state}
@@ -89,68 +79,9 @@ class Task(ABC):
     def build_model(self):
         """A new model for these settings."""
 
-    def pretrain(self, model, train: "TrainConfig", log=print) -> None:  # noqa: F821
+    def pretrain(self, model, train: TrainConfig, log=print) -> None:
         """Before a new run trains: give ``model`` starting weights learned from the training data
         (the sentiment task's language-model pretraining); by default the initial weights stay."""
-
-    @abstractmethod
-    def train_batches(self, epoch: int) -> list:
-        """The batches of one epoch, the same for the same seed and epoch."""
-
-    @abstractmethod
-    def batch_arrays(self, batch) -> Tuple[tuple, np.ndarray]:
-        """``(model inputs, targets)`` of a training batch."""
-
-    #: Targets equal to this id are padding and do not count (None: every target counts).
-    target_pad: ClassVar[Optional[int]] = 0
-
-    def train_step_loss(self, model, batch, label_smoothing: float) -> Tuple[float, int, np.ndarray]:
-        """Forward and loss of a training batch: ``(mean loss, targets counted, dlogits)``."""
-        inputs, targets = self.batch_arrays(batch)
-        inputs = self.noised(model, inputs)
-        loss, dlogits = cross_entropy(model.forward(*inputs), targets, pad_id=self.target_pad,
-                                      label_smoothing=label_smoothing)
-        return loss, self._non_pad(targets), dlogits
-
-    def noised(self, model, inputs: tuple) -> tuple:
-        """The model's inputs as a training update reads them: unchanged unless a task's settings
-        add noise in training mode, such as word dropout (validation's loss, in eval mode, comes
-        here too and must read them as they are)."""
-        return inputs
-
-    def target_count(self, batch) -> int:
-        """The targets whose mean loss :meth:`train_step_loss` differentiates: the non-pad ones.
-        The trainer counts every batch of a data-parallel run at every update: a task whose
-        batch is padded here counts from its lengths instead."""
-        return self._non_pad(self.batch_arrays(batch)[1])
-
-    def _non_pad(self, targets: np.ndarray) -> int:
-        return targets.size if self.target_pad is None else int((targets != self.target_pad).sum())
-
-    def shard(self, batch, rank: int, size: int):
-        """Rank ``rank``'s share of a training batch split among ``size`` ranks for data-parallel
-        training: its rows ``rank``, ``rank + size``, ``rank + 2 * size``, ...; None when there are
-        none (a batch of fewer rows than ranks). Interleaved rather than in blocks: a batch cut from
-        length-sorted buckets would give its longest rows all to the last rank."""
-        rows = batch[rank::size]
-        return rows if len(rows) else None
-
-    def input_tokens(self, batch) -> int:
-        """Tokens the model reads in a batch, for a task whose :attr:`count_unit` is something
-        else (reviews): the progress line then shows them per second too. 0: not counted."""
-        return 0
-
-    def mean_loss(self, model, batches) -> float:
-        """Target-weighted mean cross-entropy (no smoothing) over batches."""
-        total, n = 0.0, 0
-        for batch in batches:
-            loss, k, _ = self.train_step_loss(model, batch, 0.0)
-            total, n = total + loss * k, n + k
-        return total / max(n, 1)
-
-    @abstractmethod
-    def validate(self, model) -> Dict[str, float]:
-        """Metrics on the validation split, :attr:`selection_metric` among them."""
 
     # ---- after training ------------------------------------------------------------------
     @abstractmethod

@@ -41,17 +41,17 @@ __all__ = ["LMData", "LanguageModelTask"]
 class LMData:
     """The text, its tokenization, and how training windows are drawn."""
 
-    corpus: str = option("shakespeare", "Tiny Shakespeare (tinyshakespeare/input.txt in the data folder), "
+    corpus: str = option("--corpus", "shakespeare", "Tiny Shakespeare (tinyshakespeare/input.txt in the data folder), "
                          "or the embedded grammar corpus (no download)", choices=("shakespeare", "embedded"))
-    tokenization: str = option("bpe", "the project's BPE, or characters (the loss is reported per character "
+    tokenization: str = option("--tokenization", "bpe", "the project's BPE, or characters (the loss is reported per character "
                                "either way)", choices=("bpe", "char"))
-    bpe_merges: int = option(500, "BPE merges", low=0, high=10 ** 5)
-    block_size: int = option(128, "context: tokens the model sees", low=2, high=4096)
-    batch_size: int = option(16, "windows in a batch", low=1, high=10 ** 5)
-    batches_per_epoch: int = option(500, "random batches between two validations", low=1, high=10 ** 7)
-    positions: str = option("learned", "learned positions (GPT), or the paper's sinusoids",
+    bpe_merges: int = option("--bpe-merges", 500, "BPE merges", low=0, high=10 ** 5)
+    block_size: int = option("--block-size", 128, "context: tokens the model sees", low=2, high=4096)
+    batch_size: int = option("--batch-size", 16, "windows in a batch", low=1, high=10 ** 5)
+    batches_per_epoch: int = option("--batches-per-epoch", 500, "random batches between two validations", low=1, high=10 ** 7)
+    positions: str = option("--positions", "learned", "learned positions (GPT), or the paper's sinusoids",
                             choices=("learned", "sinusoidal"))
-    embedded_chars: int = option(60_000, "size of the embedded corpus in characters", low=1000, high=10 ** 8)
+    embedded_chars: int = option("--embedded-chars", 60_000, "size of the embedded corpus in characters", low=1000, high=10 ** 8)
 
     def __post_init__(self):
         check_fields(self)
@@ -143,11 +143,11 @@ class LanguageModelTask(Task):
     def batch_arrays(self, batch):
         return (batch[:, :-1],), batch[:, 1:]
 
-    def train_step_loss(self, model, batch, label_smoothing: float):
+    def loss(self, logits, targets, label_smoothing: float):
         """The loss per character, as validation reports it, counted over the characters the
         targets stand for (the gradient stays that of the mean loss per token)."""
-        loss, tokens, dlogits = super().train_step_loss(model, batch, label_smoothing)
-        chars = max(int(self.tokenizer.lengths[batch[:, 1:]].sum()), 1)
+        loss, tokens, dlogits = super().loss(logits, targets, label_smoothing)
+        chars = max(int(self.tokenizer.lengths[targets].sum()), 1)
         return loss * tokens / chars, chars, dlogits
 
     def input_tokens(self, batch) -> int:

@@ -36,15 +36,15 @@ PAD, BOS, EOS = 0, 1, 2
 class ReverseData:
     """What the sequences are, and how they are batched."""
 
-    formulation: str = option("seq2seq", "encoder-decoder with BOS/EOS, or encoder-only per-position tagger",
+    formulation: str = option("--formulation", "seq2seq", "encoder-decoder with BOS/EOS, or encoder-only per-position tagger",
                               choices=("seq2seq", "tagger"))
-    n_symbols: int = option(20, "symbols are 1..N", low=1, high=10_000)
-    min_len: int = option(1, "shortest sequence", low=1, high=512)
-    max_len: int = option(20, "longest sequence", low=1, high=512)
-    n_train: int = option(20000, "training sequences", low=1, high=10 ** 7)
-    n_val: int = option(500, "validation sequences", low=1, high=10 ** 6)
-    n_test: int = option(1000, "test sequences", low=1, high=10 ** 6)
-    batch_size: int = option(128, "sequences per batch", low=1, high=65536)
+    n_symbols: int = option("--n-symbols", 20, "symbols are 1..N", low=1, high=10_000)
+    min_len: int = option("--min-len", 1, "shortest sequence", low=1, high=512)
+    max_len: int = option("--max-len", 20, "longest sequence", low=1, high=512)
+    n_train: int = option("--n-train", 20000, "training sequences", low=1, high=10 ** 7)
+    n_val: int = option("--n-val", 500, "validation sequences", low=1, high=10 ** 6)
+    n_test: int = option("--n-test", 1000, "test sequences", low=1, high=10 ** 6)
+    batch_size: int = option("--batch-size", 128, "sequences per batch", low=1, high=65536)
 
     def __post_init__(self):
         check_fields(self)

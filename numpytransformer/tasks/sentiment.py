@@ -13,8 +13,10 @@ the official test split is read only after training and by ``eval``. The tokeniz
 the vocabulary are saved in the checkpoint, so a checkpoint classifies new text without the data.
 
 With ``pretrain_updates`` the run takes GPT-1's path: the encoder first learns as a language
-model on the training reviews' text (see :meth:`SentimentTask.pretrain` and
-:mod:`numpytransformer.pretrain`), then the classifier is fine-tuned from it.
+model on the training reviews' text (:class:`ReviewText`, trained by the same
+:class:`~numpytransformer.training.trainer.Trainer`; see :meth:`SentimentTask.pretrain`), then
+:func:`~numpytransformer.nn.transfer.lm_into_classifier` copies it into the classifier, which is
+fine-tuned from it.
 """
 from __future__ import annotations
 
@@ -26,19 +28,19 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from ..nn.config import REGION_MAX, SIZE_LIMITS, TransformerConfig
-from ..datasets.batching import length_batches, pad_or_unk
+from ..datasets.batching import length_batches, next_token_windows, pad_or_unk
 from ..datasets.imdb import clean_review, imdb_test, reviews_digest, train_val_texts, truncate_ids
 from ..errors import NumpyTransformerError
-from ..nn.gpt import TransformerLM
+from ..nn.gpt import TransformerLM, next_token_nats
 from ..nn.models import TransformerClassifier
-from ..pretrain import id_stream, lm_into_classifier, lm_loss_of_stream, pretrain_lm
+from ..nn.transfer import lm_into_classifier
 from ..training.settings import ModelSettings, check_fields, option
 from ..core.softmax import softmax
 from ..text import Tokenizer, Vocab
-from ..training.trainer import TrainConfig
+from ..training.trainer import TrainConfig, Trainer, TrainingTask
 from .base import Task
 
-__all__ = ["SentimentData", "SentimentTask", "LABELS"]
+__all__ = ["SentimentData", "SentimentTask", "ReviewText", "id_stream", "lm_loss_of_stream", "LABELS"]
 
 PAD, BOS, UNK = 0, 1, 3
 LABELS = ("negative", "positive")  # by label id
@@ -48,36 +50,36 @@ LABELS = ("negative", "positive")  # by label id
 class SentimentData:
     """The reviews, the text pipeline and the batching."""
 
-    tokenizer: str = option("word", "word tokens, or BPE subwords", choices=("word", "bpe"))
-    bpe_merges: int = option(8000, "BPE merges", low=0, high=10 ** 6)
-    cased: bool = option(False, "keep case (default: lower-case)")
-    vocab_size: int = option(10000, "largest vocabulary, the 4 special tokens included", low=5, high=10 ** 7)
-    min_freq: int = option(2, "rarer tokens become <unk>", low=1, high=10 ** 6)
-    max_tokens: int = option(512, "longer reviews are cut", low=1, high=SIZE_LIMITS["max_len"] - 1)  # + a <bos>
-    truncate: str = option("head+tail", "keep the first and last halves (reviews often conclude at the end), "
+    tokenizer: str = option("--tokenizer", "word", "word tokens, or BPE subwords", choices=("word", "bpe"))
+    bpe_merges: int = option("--bpe-merges", 8000, "BPE merges", low=0, high=10 ** 6)
+    cased: bool = option("--cased", False, "keep case (default: lower-case)")
+    vocab_size: int = option("--vocab-size", 10000, "largest vocabulary, the 4 special tokens included", low=5, high=10 ** 7)
+    min_freq: int = option("--min-freq", 2, "rarer tokens become <unk>", low=1, high=10 ** 6)
+    max_tokens: int = option("--max-tokens", 512, "longer reviews are cut", low=1, high=SIZE_LIMITS["max_len"] - 1)  # + a <bos>
+    truncate: str = option("--truncate", "head+tail", "keep the first and last halves (reviews often conclude at the end), "
                            "or the start", choices=("head+tail", "head"))
-    pooling: str = option("mean", "mean of the token vectors, or the vector of a <bos> put in front",
+    pooling: str = option("--pooling", "mean", "mean of the token vectors, or the vector of a <bos> put in front",
                           choices=("mean", "first"))
-    val_fraction: float = option(0.1, "share of the training reviews held out for validation", low=0.001, high=0.999)
-    n_train: Optional[int] = option(None, "a stratified random subset of this many training reviews (before the "
+    val_fraction: float = option("--val-fraction", 0.1, "share of the training reviews held out for validation", low=0.001, high=0.999)
+    n_train: Optional[int] = option("--n-train", None, "a stratified random subset of this many training reviews (before the "
                                     "validation split)", low=4, high=10 ** 7, none="all")
-    n_test: Optional[int] = option(None, "a stratified random subset of this many test reviews for the final "
+    n_test: Optional[int] = option("--n-test", None, "a stratified random subset of this many test reviews for the final "
                                    "report", low=2, high=10 ** 7, none="all")
-    batch_tokens: int = option(8192, "token budget of a batch, padding included", low=1, high=10 ** 7)
-    max_batch_size: int = option(128, "most reviews in a batch", low=1, high=65536)
-    causal: bool = option(False, "causal self-attention in the encoder, as in a language model: each token "
+    batch_tokens: int = option("--batch-tokens", 8192, "token budget of a batch, padding included", low=1, high=10 ** 7)
+    max_batch_size: int = option("--max-batch-size", 128, "most reviews in a batch", low=1, high=65536)
+    causal: bool = option("--causal", False, "causal self-attention in the encoder, as in a language model: each token "
                           "sees only itself and earlier ones (needs --pooling mean)")
-    region: Optional[int] = option(None, "each word's input vector also adds the embeddings of its N neighbours on "
+    region: Optional[int] = option("--region", None, "each word's input vector also adds the embeddings of its N neighbours on "
                                    "each side, one table for each offset (a region embedding: phrases such as 'not "
                                    "good' reach the encoder as units; 0: off; not with --causal)", low=0,
                                    high=REGION_MAX, none="1, or 0 with --causal")
-    pretrain_updates: int = option(0, "first pretrain the encoder as a language model (GPT-1) for this many "
+    pretrain_updates: int = option("--pretrain-updates", 0, "first pretrain the encoder as a language model (GPT-1) for this many "
                                    "updates (0: off) on the training reviews' text, then fine-tune it as the "
                                    "classifier; needs --causal and --norm pre, and uses --lr-factor, --warmup and "
                                    "--clip", low=0, high=10 ** 7)
-    pretrain_block: int = option(256, "tokens in a window of pretraining, at most --max-tokens + 1", low=2,
+    pretrain_block: int = option("--pretrain-block", 256, "tokens in a window of pretraining, at most --max-tokens + 1", low=2,
                                  high=SIZE_LIMITS["max_len"])
-    pretrain_batch: int = option(16, "windows in a batch of pretraining", low=1, high=10 ** 5)
+    pretrain_batch: int = option("--pretrain-batch", 16, "windows in a batch of pretraining", low=1, high=10 ** 5)
 
     def __post_init__(self):
         check_fields(self)
@@ -96,6 +98,55 @@ class SentimentData:
         if self.pretrain_updates and self.pretrain_block > self.max_tokens + 1:
             raise NumpyTransformerError(f"--pretrain-block {self.pretrain_block} is longer than the classifier's "
                                         f"context (--max-tokens {self.max_tokens} + 1): lower it or raise --max-tokens")
+
+
+def id_stream(docs: Sequence[Sequence[int]], separator: int) -> np.ndarray:
+    """One array of ids: every document with ``separator`` in front (GPT's stream of text)."""
+    return np.concatenate([np.array([separator, *doc], dtype=np.int64) for doc in docs])
+
+
+def lm_loss_of_stream(model: TransformerLM, ids: np.ndarray, block: int) -> float:
+    """Mean next-token loss (nats per token) over ``ids`` cut into non-overlapping windows of
+    ``block`` (shorter if ``ids`` is), in eval mode."""
+    x, y = next_token_windows(ids, min(block, len(ids) - 1))  # (N, T) each
+    model.eval()
+    return next_token_nats(model, x, y, model.vocab_size) / y.size
+
+
+class ReviewText(TrainingTask):
+    """GPT-1's first stage as the trainer sees it: a language model learns the reviews' text.
+
+    One epoch of ``updates`` batches; a batch is the start positions of ``batch`` random windows
+    of ``block + 1`` ids of the training stream (nanoGPT's ``get_batch``), drawn from a generator
+    of their own, apart from the model's dropout generator. The loss is the mean next-token
+    cross-entropy; validation reports it over the validation stream (``lm_loss``, nats per token).
+    """
+
+    selection_metric = "neg_lm_loss"
+    target_pad = None  # a stream: every next token counts
+
+    def __init__(self, train_ids: np.ndarray, val_ids: np.ndarray, block: int, batch: int, updates: int, seed: int):
+        if len(train_ids) < block + 1:
+            raise NumpyTransformerError(f"the pretraining text holds {len(train_ids)} tokens, fewer than one window "
+                                        f"of {block + 1}: lower --pretrain-block or use more reviews")
+        self.train_ids, self.val_ids = train_ids, val_ids
+        self.block, self.batch, self.updates, self.seed = block, batch, updates, seed
+
+    def train_batches(self, epoch: int) -> list:
+        rng = np.random.default_rng([self.seed, epoch + 1])
+        return list(rng.integers(0, len(self.train_ids) - self.block, size=(self.updates, self.batch)))
+
+    def batch_arrays(self, starts: np.ndarray):
+        windows = self.train_ids[starts[:, None] + np.arange(self.block + 1)]  # (batch, block + 1)
+        return (windows[:, :-1],), windows[:, 1:]
+
+    def validate(self, model) -> Dict[str, float]:
+        loss = lm_loss_of_stream(model, self.val_ids, self.block)
+        return {"lm_loss": loss, "neg_lm_loss": -loss}
+
+    def to_dict(self) -> dict:
+        return {"name": "review text", "block": self.block, "batch": self.batch, "updates": self.updates,
+                "seed": self.seed}
 
 
 class SentimentTask(Task):
@@ -194,17 +245,20 @@ class SentimentTask(Task):
         if not d.pretrain_updates:
             return
         lm = TransformerLM(dataclasses.replace(model.cfg, tie_embeddings=True))
-        train_ids, val_ids = (id_stream([self.vocab.encode(self.tokens(t, cut=False)) for t in self.texts(split)[0]],
-                                        BOS) for split in ("train", "val"))
+        text = ReviewText(*(id_stream([self.vocab.encode(self.tokens(t, cut=False)) for t in self.texts(split)[0]], BOS)
+                            for split in ("train", "val")), d.pretrain_block, d.pretrain_batch, d.pretrain_updates,
+                          self.model.seed)
         log(f"pretraining a {type(lm).__name__} with {lm.num_parameters():,} parameters for {d.pretrain_updates} "
-            f"updates of {d.pretrain_batch} windows of {d.pretrain_block} tokens, on the {len(train_ids):,} tokens "
-            "of the training reviews")
+            f"updates of {d.pretrain_batch} windows of {d.pretrain_block} tokens, on the {len(text.train_ids):,} "
+            "tokens of the training reviews")
+        # nanoGPT's update with the run's Noam schedule and clip: no smoothing, no weight decay, one
+        # pass of the trainer over ``pretrain_updates`` batches, nothing written.
+        cfg = TrainConfig(epochs=1, lr_factor=train.lr_factor, warmup=train.warmup, label_smoothing=0.0,
+                          clip_norm=train.clip_norm, log_every=100)
         start = time.perf_counter()
-        pretrain_lm(lm, train_ids, d.pretrain_updates, d.pretrain_block, d.pretrain_batch, train.lr_factor,
-                    train.warmup, train.clip_norm, self.model.seed, log)
-        log(f"pretrained in {time.perf_counter() - start:.1f} s: validation lm_loss "
-            f"{lm_loss_of_stream(lm, val_ids, d.pretrain_block):.4f} (nats per token, {len(val_ids):,} tokens of "
-            "the validation reviews)")
+        metrics = Trainer(lm, text, cfg, out_dir=None, log=lambda msg: log(f"pretraining: {msg}")).fit()
+        log(f"pretrained in {time.perf_counter() - start:.1f} s: validation lm_loss {metrics['lm_loss']:.4f} (nats "
+            f"per token, {len(text.val_ids):,} tokens of the validation reviews)")
         lm_into_classifier(lm, model)
         n = len(lm.layers)
         log(f"copied its embedding, {n} block{'s' * (n != 1)} and final LayerNorm into the classifier's encoder; "

@@ -43,39 +43,39 @@ SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp"
 class TranslateData:
     """What the translation data is, how it is tokenized and batched."""
 
-    dataset: str = option("numbers", "multi30k (its recipe trains a fixed number of epochs: a slower machine takes "
+    dataset: str = option("--dataset", "numbers", "multi30k (its recipe trains a fixed number of epochs: a slower machine takes "
                           "longer, for the same result), or the embedded English->German number words (no download)",
                           choices=("numbers", "multi30k"))
-    direction: str = option("de-en", "Multi30K direction", choices=("de-en", "en-de"))
-    tokenizer: Optional[str] = option(None, "word tokens, or BPE subwords (learned per language)",
+    direction: str = option("--direction", "de-en", "Multi30K direction", choices=("de-en", "en-de"))
+    tokenizer: Optional[str] = option("--tokenizer", None, "word tokens, or BPE subwords (learned per language)",
                                       choices=("word", "bpe"), none="bpe for multi30k, word for numbers")
-    bpe_merges: int = option(5000, "BPE merges per language (with --joint-vocab: for both together)",
+    bpe_merges: int = option("--bpe-merges", 5000, "BPE merges per language (with --joint-vocab: for both together)",
                              low=0, high=10 ** 6)
-    word_dropout: Optional[float] = option(None, "in training, each source token and each decoder-input token "
+    word_dropout: Optional[float] = option("--word-dropout", None, "in training, each source token and each decoder-input token "
                                            "(not <bos>) becomes <unk> with this probability, drawn afresh at every "
                                            "update (a regulariser for small data; 0: off)", low=0.0, high=0.9,
                                            none="0.1 for multi30k en-de (chosen on the validation split), 0 otherwise")
-    joint_vocab: bool = option(False, "one tokenizer and one vocabulary learned on both languages; the encoder and "
+    joint_vocab: bool = option("--joint-vocab", False, "one tokenizer and one vocabulary learned on both languages; the encoder and "
                                "the decoder then read one embedding matrix (--tie shares it with the output too)")
-    cased: bool = option(True, "keep case (--no-cased: lower-case everything, as the tutorials do)")
-    min_freq: int = option(2, "rarer words become <unk> (word tokens only: BPE keeps every subword it learned)",
+    cased: bool = option("--cased", True, "keep case (--no-cased: lower-case everything, as the tutorials do)")
+    min_freq: int = option("--min-freq", 2, "rarer words become <unk> (word tokens only: BPE keeps every subword it learned)",
                            low=1, high=10 ** 6)
-    n_train: int = option(8000, "number-word training pairs", low=1, high=10 ** 6)
-    n_val: int = option(500, "number-word validation pairs", low=1, high=10 ** 5)
-    n_test: int = option(1000, "number-word test pairs", low=1, high=10 ** 5)
-    max_number: int = option(9999, "largest number written out", low=1, high=10 ** 9)
-    holdout: int = option(0, "hold out N Multi30K training pairs, drawn at random (the same for every seed), as "
+    n_train: int = option("--n-train", 8000, "number-word training pairs", low=1, high=10 ** 6)
+    n_val: int = option("--n-val", 500, "number-word validation pairs", low=1, high=10 ** 5)
+    n_test: int = option("--n-test", 1000, "number-word test pairs", low=1, high=10 ** 5)
+    max_number: int = option("--max-number", 9999, "largest number written out", low=1, high=10 ** 9)
+    holdout: int = option("--holdout", 0, "hold out N Multi30K training pairs, drawn at random (the same for every seed), as "
                           "fresh sentences never trained or tuned on, scored at the end beside the test split "
                           "(0: train on all 29,000)",
                           low=0, high=28_000)
-    batch_tokens: Optional[int] = option(None, "token budget of a batch, padding included", low=16, high=10 ** 7,
+    batch_tokens: Optional[int] = option("--batch-tokens", None, "token budget of a batch, padding included", low=16, high=10 ** 7,
                                          none="3000 for multi30k, 1000 for numbers")
-    max_len: int = option(128, "longest sentence in tokens; longer inputs are cut, with a warning",
+    max_len: int = option("--max-len", 128, "longest sentence in tokens; longer inputs are cut, with a warning",
                           low=4, high=4096)
-    region: int = option(0, "each source token's input vector also adds the embeddings of its N neighbours on "
+    region: int = option("--region", 0, "each source token's input vector also adds the embeddings of its N neighbours on "
                          "each side, one table for each offset (a region embedding, as `train sentiment` has; the "
                          "decoder's input is untouched; 0: off)", low=0, high=REGION_MAX)
-    length_penalty: Optional[float] = option(None, "beam search's length penalty: a hypothesis's log-probability "
+    length_penalty: Optional[float] = option("--length-penalty", None, "beam search's length penalty: a hypothesis's log-probability "
                                              "is divided by ((5 + length) / 6) ** X (GNMT's)", low=0.0, high=10.0,
                                              none="1.6 for multi30k de-en, 1.2 for en-de (chosen on the validation "
                                                   "split), 0.6 for numbers")

@@ -23,6 +23,7 @@ from .bpe import BPE, learn_merges, learn_merges_fast, word_counts
 from .tokenizer import Tokenizer
 from .vocab import Vocab
 from .words import detokenize, normalize, word_tokenize
+from .wordpiece import WordPieceTokenizer
 
 __all__ = [
     "normalize",
@@ -34,4 +35,5 @@ __all__ = [
     "learn_merges_fast",
     "Vocab",
     "Tokenizer",
+    "WordPieceTokenizer",
 ]

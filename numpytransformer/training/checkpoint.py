@@ -4,7 +4,7 @@ A checkpoint is a directory::
 
     CK/checkpoint.json                  what :data:`FIELDS` lists: config, task, step, generator state ...
     CK/weights-00001234-5f0c1a2e.npz    the model's parameters by dotted name (step, digest)
-    CK/optimizer-00001234-9b3d77c0.npz  Adam's moments (only in ``last/``, for resuming)
+    CK/optimizer-00001234-9b3d77c0.npz  the optimiser's moments (only in ``last/``, for resuming)
 
 Each file is written to a temporary name, flushed and renamed, ``checkpoint.json`` (which names
 the ``.npz`` files with their SHA-256) last: a save killed at any moment leaves the previous
@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import NumpyTransformerError
 
-__all__ = ["CheckpointError", "FORMAT_VERSION", "FIELDS", "save_checkpoint", "load_checkpoint",
+__all__ = ["CheckpointError", "FORMAT_VERSION", "FIELDS", "WEIGHT_LIMIT", "save_checkpoint", "load_checkpoint",
            "read_checkpoint_meta", "atomic_write", "average_checkpoints"]
 
 # 7: translation's region; 6: the config's region and sentiment's region; 5: translation's joint_vocab,
@@ -42,6 +42,10 @@ FORMAT_VERSION = 7
 FIELDS = {"format_version": int, "model": str, "config": dict, "task": dict, "data": dict, "train": dict,
           "step": int, "epoch": int, "best_score": (float, int, type(None)), "history": dict, "rng": dict,
           "files": dict, "files.weights": dict, "files.weights.name": str, "files.weights.sha256": str}
+#: The largest magnitude a saved or loaded weight may have. Adam moves a weight by a few learning
+#: rates at most per update, so no trained model comes near it; a finite weight beyond it is damage,
+#: and would overflow the forward pass into NaN, which would decode as padding.
+WEIGHT_LIMIT = 1e5
 #: The further fields of a checkpoint saved for resuming (``last/``).
 RESUME_FIELDS = {"optimizer": dict, "optimizer.t": int, "files.optimizer": dict, "files.optimizer.name": str,
                  "files.optimizer.sha256": str, "history.steps": list, "history.epochs": list}
@@ -87,12 +91,16 @@ def save_checkpoint(path, model, meta: dict, optimizer=None) -> Path:
            "rng": model.rng.bit_generator.state, **meta, "files": {}}
     if optimizer is not None:
         arrays["optimizer"] = optimizer.state_arrays()
-        doc["optimizer"] = {"t": optimizer.t}
+        doc["optimizer"] = {"t": optimizer.t, "name": optimizer.name}
     files = {}
     for kind, named in arrays.items():
         bad = next((k for k, v in named.items() if not np.isfinite(v).all()), None)
         if bad is not None:  # a load would refuse it
             raise CheckpointError(f"{refused}: array {bad} holds NaN or infinite values")
+        big = next((k for k, v in named.items() if kind == "weights" and _largest(v) > WEIGHT_LIMIT), None)
+        if big is not None:  # a load would refuse these too
+            raise CheckpointError(f"{refused}: array {big} holds weights beyond +-{WEIGHT_LIMIT:g} "
+                                  f"({_largest(named[big]):.3g}): the training diverged")
         buf = io.BytesIO()
         np.savez(buf, **{k: np.ascontiguousarray(v) for k, v in named.items()})
         sha = hashlib.sha256(buf.getvalue()).hexdigest()
@@ -170,9 +178,14 @@ def read_checkpoint_meta(path, for_resume: bool = False) -> dict:
     return doc
 
 
-def _read_arrays(path: Path, entry: dict, like: dict) -> dict:
+def _largest(a: np.ndarray) -> float:
+    return float(np.abs(a).max(initial=0))
+
+
+def _read_arrays(path: Path, entry: dict, like: dict, limit: float = math.inf) -> dict:
     """The arrays of the file that ``entry`` of field files names, checked: its SHA-256, then
-    their names, shapes, dtypes and finiteness against ``like``, the model's own."""
+    their names, shapes, dtypes and finiteness against ``like``, the model's own, and their
+    magnitudes against ``limit``."""
     f = path / entry["name"]
     if not f.is_file():
         raise CheckpointError(f"checkpoint file {f} is missing")
@@ -193,6 +206,9 @@ def _read_arrays(path: Path, entry: dict, like: dict) -> dict:
             raise CheckpointError(f"{f}: array {k} is {a.dtype} {a.shape}, the model expects {p.dtype} {p.shape}")
         if not np.isfinite(a).all():
             raise CheckpointError(f"{f}: array {k} holds NaN or infinite values")
+        if _largest(a) > limit:
+            raise CheckpointError(f"{f}: array {k} holds a weight of magnitude {_largest(a):.3g}, beyond the "
+                                  f"+-{limit:g} of any trained model: the file is damaged")
     return arrays
 
 
@@ -209,8 +225,12 @@ def load_checkpoint(path, model, optimizer=None, doc=None) -> dict:
     diff = [k for k in sorted(set(want) | set(doc["config"])) if doc["config"].get(k) != want.get(k)]
     if diff:
         raise CheckpointError(f"{js}: field config differs from the model's ({', '.join(diff[:4])})")
-    weights = _read_arrays(path, doc["files"]["weights"], model.parameters())
+    weights = _read_arrays(path, doc["files"]["weights"], model.parameters(), WEIGHT_LIMIT)
     if optimizer is not None:
+        saved = doc["optimizer"].get("name", "adam")  # older checkpoints name none: they are Adam's
+        if saved != optimizer.name:
+            raise CheckpointError(f"{js} holds the state of {saved!r}, not of {optimizer.name!r}: resume with "
+                                  f"--optimizer {saved}")
         moments = _read_arrays(path, doc["files"]["optimizer"], optimizer.state_arrays())
     try:
         np.random.default_rng().bit_generator.state = doc["rng"]  # tried on a new generator first

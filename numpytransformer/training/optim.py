@@ -1,15 +1,21 @@
-"""Adam, the Noam learning-rate schedule, and gradient clipping by global norm. Derived in lesson 8 (Training)."""
+"""Adam, the Noam learning-rate schedule, and gradient clipping by global norm. Derived in lesson 8 (Training).
+
+Beside them, two siblings that no lesson derives, each a real option of the trainer: the Lion
+optimiser (``--optimizer lion``) and the cosine schedule with linear warm-up (``--schedule cosine``).
+"""
 from __future__ import annotations
+
+import math
 
 from typing import Dict, Optional
 
 import numpy as np
 
 from ..errors import NumpyTransformerError
-from ..nn.module import FAST_FORMS
+from ..core.kernels import kernels
 from ..validation import check_int, check_real
 
-__all__ = ["Adam", "NoamSchedule", "clip_grad_norm", "global_norm"]
+__all__ = ["Adam", "Lion", "NoamSchedule", "CosineSchedule", "clip_grad_norm", "global_norm"]
 
 
 class NoamSchedule:
@@ -31,6 +37,48 @@ class NoamSchedule:
         ### BEGIN SOLUTION 8.1: the learning rate: linear warm-up to a peak at step warmup, then 1/sqrt(step) decay
         return self.factor * self.d_model ** -0.5 * min(step ** -0.5, step * self.warmup ** -1.5)
         ### END SOLUTION
+
+
+class CosineSchedule:
+    """Linear warm-up to a peak, then a half cosine down to a floor at the run's last update.
+
+    .. math:: \\text{lr}(s) = \\begin{cases} \\eta\\, s / w & s \\le w \\\\
+              \\eta_{min} + \\tfrac12 (\\eta - \\eta_{min}) \\big(1 + \\cos(\\pi \\tfrac{s - w}{n - w})\\big)
+              & w < s \\le n \\\\ \\eta_{min} & s > n \\end{cases}
+              \\qquad \\eta_{min} = r\\, \\eta
+
+    with peak :math:`\\eta`, ``warmup`` :math:`w`, the run's ``total`` updates :math:`n` and the floor's
+    ratio :math:`r` (Loshchilov & Hutter's SGDR, 2017, without restarts; the schedule of GPT-3 and
+    Chinchilla). Unlike Noam's, the decay knows where the run ends: it is flat near the peak, steepest
+    half-way, and flat again near the floor. Sibling of lesson 8 §3's :class:`NoamSchedule`.
+
+    Parameters
+    ----------
+    peak : float
+        The highest rate, reached at step ``warmup``.
+    warmup : int
+        Updates of the linear rise.
+    min_ratio : float
+        The floor as a share of the peak, in [0, 1].
+    """
+
+    def __init__(self, peak: float, warmup: int, min_ratio: float = 0.1):
+        self.peak = check_real(peak, "peak", 0.0, low_open=True)
+        self.warmup = check_int(warmup, "warmup", 1)
+        self.min_ratio = check_real(min_ratio, "min_ratio", 0.0, 1.0)
+
+    def __call__(self, step: int, total: int) -> float:
+        """The learning rate for update number ``step`` (counting from 1) of a run of ``total`` updates
+        (the trainer plans ``total`` at each epoch's start). With ``total <= warmup`` the run ends
+        in the rise."""
+        step = max(int(step), 1)
+        total = check_int(total, "total", 1)
+        w, peak, floor = self.warmup, self.peak, self.min_ratio * self.peak
+        # exercise: cosine — the rate at step: the linear rise, the half cosine from peak to floor, then the floor
+        if step <= w:
+            return peak * step / w
+        progress = min(1.0, (step - w) / max(total - w, 1))  # 0 at the peak, 1 at the run's last update
+        return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
 
 
 def global_norm(grads: Dict[str, np.ndarray]) -> float:
@@ -63,6 +111,25 @@ def clip_grad_norm(grads: Dict[str, np.ndarray], max_norm: float) -> float:
     return norm
 
 
+def _check_grads(params: Dict[str, np.ndarray], grads: Dict[str, np.ndarray]) -> None:
+    """Refuse gradients whose keys, shapes or dtypes are not the parameters'."""
+    if grads.keys() != params.keys():
+        missing = set(params) ^ set(grads)
+        raise ValueError(f"grads and params must have the same keys; these differ: {sorted(missing)[:5]}")
+    for k, p in params.items():
+        if grads[k].shape != p.shape or grads[k].dtype != p.dtype:
+            raise ValueError(f"grads[{k!r}] has shape {grads[k].shape} and dtype {grads[k].dtype}, "
+                             f"expected shape {p.shape} and dtype {p.dtype} like the parameter")
+
+
+def _decay_matrices(params: Dict[str, np.ndarray], rate: float) -> None:
+    """Decoupled weight decay: scale every matrix (not the biases nor LayerNorm's gain and shift) by
+    ``1 - rate`` in place, whatever its gradient."""
+    for p in params.values():
+        if p.ndim >= 2:
+            p *= p.dtype.type(1 - rate)
+
+
 class Adam:
     """Adam (Kingma & Ba, 2015) with the paper's defaults beta1=0.9, beta2=0.98, eps=1e-9.
 
@@ -84,6 +151,9 @@ class Adam:
         by ``1 - lr * weight_decay``, apart from the gradient's moments. 0 (the default) is Adam.
     """
 
+    #: The name a checkpoint records with the optimiser's state (``--optimizer``).
+    name = "adam"
+
     def __init__(self, params: Dict[str, np.ndarray], lr=1e-3, betas=(0.9, 0.98), eps: float = 1e-9,
                  weight_decay: float = 0.0):
         self.params = params
@@ -104,23 +174,13 @@ class Adam:
 
     def step(self, grads: Dict[str, np.ndarray]) -> float:
         """Apply one update from ``grads`` (same keys as the params); returns the learning rate used."""
-        if grads.keys() != self.params.keys():
-            missing = set(self.params) ^ set(grads)
-            raise ValueError(f"grads and params must have the same keys; these differ: {sorted(missing)[:5]}")
-        for k, p in self.params.items():
-            if grads[k].shape != p.shape or grads[k].dtype != p.dtype:
-                raise ValueError(f"grads[{k!r}] has shape {grads[k].shape} and dtype {grads[k].dtype}, "
-                                 f"expected shape {p.shape} and dtype {p.dtype} like the parameter")
+        _check_grads(self.params, grads)
         self.t += 1
         lr = self.current_lr(self.t)
         if self.weight_decay:  # AdamW's decay: shrink the matrices toward 0, whatever their gradient
-            for p in self.params.values():
-                if p.ndim >= 2:
-                    p *= p.dtype.type(1 - lr * self.weight_decay)
-        if FAST_FORMS:  # the fast path is on (fast.use_fast fills FAST_FORMS): the same update, one scratch array
-            from ..core.fast import adam_step  # here, not at the top: fast.py sits beside the pairs and imports them
-
-            adam_step(self, grads, lr)
+            _decay_matrices(self.params, lr * self.weight_decay)
+        if kernels.adam_step is not None:  # the fast path binds it (fast.use_fast): the same update, one scratch array
+            kernels.adam_step(self, grads, lr)
             return lr
         b1, b2, eps, t = self.beta1, self.beta2, self.eps, self.t
         ### BEGIN SOLUTION 8.2: update the moments self.m, self.v and every parameter in place, bias-corrected
@@ -151,4 +211,80 @@ class Adam:
                     raise ValueError(f"optimiser state {key!r} has shape {arrays[key].shape}, "
                                      f"expected {store[k].shape}")
                 store[k][...] = arrays[key]
+        self.t = int(t)
+
+
+class Lion:
+    """Lion (Chen et al., 2023, "Symbolic Discovery of Optimization Algorithms"): the sign of an
+    interpolation of momentum and gradient, so every weight moves by exactly ``lr`` a step.
+
+    .. math:: c = \\beta_1 m + (1-\\beta_1) g,\\quad \\theta \\leftarrow \\theta - \\text{lr}\\,\\mathrm{sign}(c),
+              \\quad m \\leftarrow \\beta_2 m + (1-\\beta_2) g
+
+    One moment instead of Adam's two (half the state), no square root and no bias correction: the
+    sign makes the step's size independent of the gradient's scale. As that step is larger than
+    Adam's typical one, Lion wants a learning rate 3 to 10 times smaller and a weight decay as many
+    times larger. Sibling of lesson 8 §2's :class:`Adam`, with the same interface.
+
+    Parameters
+    ----------
+    params : dict name -> ndarray
+        The live parameter arrays (``model.parameters()``), updated in place.
+    lr : float or callable
+        A constant, or a schedule ``lr(step)``.
+    betas : (float, float)
+        :math:`\\beta_1` weighs the momentum in the update, :math:`\\beta_2` in the momentum's own
+        running mean; the paper's defaults (0.9, 0.99).
+    weight_decay : float
+        Decoupled weight decay, as :class:`Adam`'s: before each update every matrix is scaled by
+        ``1 - lr * weight_decay``.
+    """
+
+    #: The name a checkpoint records with the optimiser's state (``--optimizer``).
+    name = "lion"
+
+    def __init__(self, params: Dict[str, np.ndarray], lr=1e-4, betas=(0.9, 0.99), weight_decay: float = 0.0):
+        self.params = params
+        self.lr = lr if callable(lr) else check_real(lr, "lr", 0.0)
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise NumpyTransformerError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+        self.beta1 = check_real(betas[0], "betas[0]", 0.0, 1.0, high_open=True)
+        self.beta2 = check_real(betas[1], "betas[1]", 0.0, 1.0, high_open=True)
+        self.weight_decay = check_real(weight_decay, "weight_decay", 0.0)
+        self.t = 0
+        self.m = {k: np.zeros_like(p) for k, p in params.items()}
+
+    def current_lr(self, step: Optional[int] = None) -> float:
+        step = self.t if step is None else step
+        return float(self.lr(step)) if callable(self.lr) else float(self.lr)
+
+    def step(self, grads: Dict[str, np.ndarray]) -> float:
+        """Apply one update from ``grads`` (same keys as the params); returns the learning rate used."""
+        _check_grads(self.params, grads)
+        self.t += 1
+        lr = self.current_lr(self.t)
+        if self.weight_decay:
+            _decay_matrices(self.params, lr * self.weight_decay)
+        b1, b2 = self.beta1, self.beta2
+        # exercise: lion — the direction c from the momentum and the gradient, the signed step of every parameter in place, then the momentum self.m
+        for k, p in self.params.items():
+            g = grads[k]
+            c = b1 * self.m[k] + (1 - b1) * g  # the update's direction: momentum and gradient mixed
+            p -= lr * np.sign(c)  # in place: the model holds p; every weight moves by lr (or not at all)
+            self.m[k] = b2 * self.m[k] + (1 - b2) * g  # the momentum: a slower running mean of g
+        return lr
+
+    # ---- checkpointing --------------------------------------------------
+    def state_arrays(self) -> Dict[str, np.ndarray]:
+        """The momentum as a flat dict of arrays (for an ``.npz``)."""
+        return {f"lion.m.{k}": v for k, v in self.m.items()}
+
+    def load_state_arrays(self, arrays: Dict[str, np.ndarray], t: int) -> None:
+        for k in self.params:
+            key = f"lion.m.{k}"
+            if key not in arrays:
+                raise KeyError(f"optimiser state has no entry {key!r}: the checkpoint does not match this model")
+            if arrays[key].shape != self.m[k].shape:
+                raise ValueError(f"optimiser state {key!r} has shape {arrays[key].shape}, expected {self.m[k].shape}")
+            self.m[k][...] = arrays[key]
         self.t = int(t)

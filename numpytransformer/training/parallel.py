@@ -10,24 +10,29 @@ so N ranks that each weight their shard's mean-loss gradient by its share of the
 targets and sum the results hold the gradient a single process computes for the whole batch
 (lesson 13 derives it and writes the ring allreduce by hand).
 
-:func:`world` is the communicator of this process: :class:`MPIComm` over MPI's world when
-``mpiexec`` started it with more than one rank, otherwise :class:`SingleProcess`, whose sum is
-the identity. mpi4py is imported only in the first case, so a NumPy-only install keeps working.
+This module is all the trainer and the command line know of ranks. :func:`world` is the
+communicator of this process: :class:`MPIComm` over MPI's world when ``mpiexec`` started it with
+more than one rank, otherwise :class:`SingleProcess`, whose sum is the identity. Both offer the
+same narrow interface: :meth:`~MPIComm.share` (this rank's rows of a batch, and their weight),
+:meth:`~MPIComm.sum_gradients`, :meth:`~MPIComm.bcast`, :meth:`~MPIComm.seed_dropout` and
+``is_writer`` (rank 0, the one writer of files and logs). mpi4py is imported only under
+``mpiexec``, so a NumPy-only install keeps working.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
-import time
 import traceback
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 
 from ..errors import NumpyTransformerError
 
-__all__ = ["world", "launched_ranks", "launched_rank", "SingleProcess", "MPIComm", "stop_run", "print_traceback_and_stop"]
+__all__ = ["world", "launched_ranks", "launched_rank", "SingleProcess", "MPIComm", "first_rank_speaks", "stop_run",
+           "print_traceback_and_stop"]
 
 #: What MPI launchers set in each rank's environment: the number of ranks (MPICH's hydra,
 #: Open MPI, PMIx launchers).
@@ -51,9 +56,14 @@ def launched_rank() -> int:
 
 
 class SingleProcess:
-    """One process, no MPI: the sums and broadcasts return what they are given."""
+    """One process, no MPI: the whole batch is this process's, and the sums and broadcasts
+    return what they are given."""
 
-    rank, size = 0, 1
+    rank, size, is_writer, in_training = 0, 1, True, False
+
+    def share(self, task, batch) -> tuple:
+        """The whole batch, with weight 1."""
+        return batch, 1.0
 
     def sum_gradients(self, grads: Dict[str, np.ndarray], *scalars: float) -> tuple:
         return scalars
@@ -63,6 +73,17 @@ class SingleProcess:
 
     def bcast_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
         """Nothing to do: the arrays are this process's."""
+
+    def seed_dropout(self, model, epoch: int) -> None:
+        """Nothing to do: the model's own generator goes on."""
+
+    def only_writer_prints(self) -> None:
+        """Nothing to do: this process is the writer."""
+
+    @contextlib.contextmanager
+    def training(self):
+        """Nothing to mark: see :meth:`MPIComm.training`."""
+        yield
 
     def abort(self, code: int) -> None:
         """Nothing to stop but this process, which returns ``code`` itself."""
@@ -76,7 +97,18 @@ class MPIComm:
 
         self.MPI, self.comm = MPI, MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.is_writer = self.rank == 0  # one writer of files and logs: the other ranks hold the same weights
+        self.in_training = False  # see training()
         self._flat = None  # the flat buffer of every gradient, allocated on the first sum
+
+    def share(self, task, batch) -> tuple:
+        """This rank's rows of ``batch`` (the task's ``shard``) and their weight, their share of the
+        batch's targets: the ranks' weighted mean-loss gradients then sum to the batch's mean-loss
+        gradient. ``(None, 0.0)`` for a batch of fewer rows than ranks that leaves this one none."""
+        part = task.shard(batch, self.rank, self.size)
+        if part is None:
+            return None, 0.0
+        return part, task.target_count(part) / task.target_count(batch)
 
     def sum_gradients(self, grads: Dict[str, np.ndarray], *scalars: float) -> tuple:
         """Sum ``grads`` in place over the ranks, and the ``scalars`` with them (a loss, a count),
@@ -109,6 +141,28 @@ class MPIComm:
         for a in arrays.values():
             self.comm.Bcast(a, root=0)
 
+    def seed_dropout(self, model, epoch: int) -> None:
+        """Give each rank its own dropout masks: rank 0 continues the model's (saved) generator, rank
+        r > 0 draws from a stream of its own, started again at each epoch from ``(seed, r, epoch)``,
+        so that a resume (at an epoch's end) on the same number of ranks is exact."""
+        if self.rank:
+            model.rng.bit_generator.state = np.random.default_rng(
+                [model.cfg.seed, self.rank, epoch]).bit_generator.state
+
+    def only_writer_prints(self) -> None:
+        """Send the standard output of every rank but the writer to nothing (errors still reach stderr)."""
+        if not self.is_writer:
+            sys.stdout = open(os.devnull, "w")
+
+    @contextlib.contextmanager
+    def training(self):
+        """Mark the block in which one rank may fail alone (training: rank 0 writes, each rank reads
+        its own shard) while the others wait in a collective; :func:`stop_run` then aborts them.
+        An exception leaves the mark set, for the :func:`stop_run` that reports it."""
+        self.in_training = True
+        yield
+        self.in_training = False
+
     def abort(self, code: int) -> None:
         """End every rank of the run with exit status ``code``: one that stops alone would
         leave the others waiting in the next collective for ever."""
@@ -135,22 +189,35 @@ def world():
     return comm
 
 
-def stop_run(message: str, code: int) -> int:
+@contextlib.contextmanager
+def first_rank_speaks():
+    """Inside the block, only the first rank's stdout and stderr are heard: under ``mpiexec`` every
+    rank parses the same command line and meets the same error (or ``--help``), which one prints."""
+    if not launched_rank():
+        yield
+        return
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
+        yield
+
+
+def stop_run(message: str, code: int, alone: Optional[bool] = None) -> int:
     """Print ``message`` (``error: ...``) once to stderr and end the run with ``code`` on every rank.
 
-    Under MPI a rank that fails must stop the others (:meth:`MPIComm.abort`). An error every
-    rank meets (a refused flag) is printed by rank 0 alone: the other ranks wait a second
-    before they print, and rank 0's abort ends them first."""
+    Under MPI an error is either met by every rank at the same point (a refused flag, a diverged
+    loss, which every rank computes from the same sums): rank 0 prints it and every rank returns
+    ``code``. Or this rank may have met it ``alone`` (by default: while training, see
+    :meth:`MPIComm.training`) while the others wait in a collective: it prints it, flushed, then
+    ends every rank with MPI's Abort.
+    """
     try:
-        comm = world()  # MPI starts on all ranks together: here, before the wait, not in the abort after it
-    except NumpyTransformerError:  # no MPI to abort with: every rank met the same error and stops
+        comm = world()
+    except NumpyTransformerError:  # no MPI to abort with: every rank met the same error and prints it
         comm = SingleProcess()
-    if comm.rank:
-        time.sleep(1.0)
-    print(message, file=sys.stderr, flush=True)
-    if comm.size > 1:
-        time.sleep(0.2)  # for mpiexec to forward the line: the abort tears down its pipes
+    if comm.in_training if alone is None else alone:
+        print(message, file=sys.stderr, flush=True)
         comm.abort(code)
+    elif comm.is_writer:
+        print(message, file=sys.stderr, flush=True)
     return code
 
 

@@ -1,7 +1,8 @@
-"""Settings as dataclasses, and command-line flags generated from their fields.
+"""Settings as dataclasses, and the command-line flags declared on their fields.
 
-A field is declared once, with :func:`option` (default, help, flag, choices or range);
-its flag, help and check all come from that declaration. A run is described by
+A field is declared once, with :func:`option` (its flag, written out, then default, help,
+choices or range): ``lr_factor: float = option("--lr-factor", 1.0, ...)``, so that a search for
+``--lr-factor`` lands on it. The parser's flag, help and check all come from that declaration. A run is described by
 :class:`ModelSettings`, :class:`~numpytransformer.training.trainer.TrainConfig` and the task's own
 data settings (``ReverseData``, ``TranslateData``, ...).
 """
@@ -21,21 +22,23 @@ from ..errors import NumpyTransformerError
 __all__ = ["option", "flag_of", "check_fields", "add_flags", "given_values", "whole_number", "ModelSettings"]
 
 
-def option(default, help: str, *, flag: Optional[str] = None, choices: Optional[Tuple] = None,
-           low=None, high=None, none: Optional[str] = None):
-    """A dataclass field with what its command-line flag needs.
+def option(flag: str, default, help: str, *, choices: Optional[Tuple] = None, low=None, high=None,
+           none: Optional[str] = None):
+    """A dataclass field with its command-line flag and what the flag needs.
 
-    ``low``/``high`` bound a number (inclusive), ``choices`` a string, ``none`` says what
-    ``None`` means for an optional field (``"all"``).
+    ``flag`` is the flag's whole text (``"--lr-factor"``); ``low``/``high`` bound a number
+    (inclusive), ``choices`` a string, ``none`` says what ``None`` means for an optional
+    field (``"all"``).
     """
-    meta = {"help": help, "flag": flag, "choices": choices, "low": low, "high": high, "none": none}
+    if not (isinstance(flag, str) and flag.startswith("--")):
+        raise TypeError(f"option's flag must be a string starting with --, got {flag!r}")
+    meta = {"flag": flag, "help": help, "choices": choices, "low": low, "high": high, "none": none}
     return dataclasses.field(default=default, metadata=meta)
 
 
 def flag_of(cls_or_obj, name: str) -> str:
-    """The flag that sets field ``name``: ``--`` and the name with dashes, unless declared."""
-    f = {f.name: f for f in dataclasses.fields(cls_or_obj)}[name]
-    return f.metadata.get("flag") or "--" + name.replace("_", "-")
+    """The flag that sets field ``name``, as its :func:`option` declares it."""
+    return {f.name: f for f in dataclasses.fields(cls_or_obj)}[name].metadata["flag"]
 
 
 @functools.lru_cache(maxsize=None)  # get_type_hints evaluates every annotation of the class, for each field
@@ -118,17 +121,17 @@ class ModelSettings:
     """The shape of a model: the same fields, and flags, for every task; their limits are
     :class:`~numpytransformer.nn.config.TransformerConfig`'s (:data:`~numpytransformer.nn.config.SIZE_LIMITS`)."""
 
-    d_model: int = option(64, "model width", low=1, high=SIZE_LIMITS["d_model"])
-    n_heads: int = option(4, "attention heads", flag="--heads", low=1, high=SIZE_LIMITS["n_heads"])
-    n_layers: int = option(2, "layers in the encoder (and in the decoder)", flag="--layers", low=1,
+    d_model: int = option("--d-model", 64, "model width", low=1, high=SIZE_LIMITS["d_model"])
+    n_heads: int = option("--heads", 4, "attention heads", low=1, high=SIZE_LIMITS["n_heads"])
+    n_layers: int = option("--layers", 2, "layers in the encoder (and in the decoder)", low=1,
                            high=SIZE_LIMITS["n_layers"])
-    d_ff: int = option(256, "hidden width of the feed-forward sublayer", low=1, high=SIZE_LIMITS["d_ff"])
-    dropout: float = option(0.1, "dropout rate", low=0.0, high=DROPOUT_MAX)
-    norm: str = option("post", "residual LayerNorm placement: post-LN is the paper's, pre-LN trains faster",
+    d_ff: int = option("--d-ff", 256, "hidden width of the feed-forward sublayer", low=1, high=SIZE_LIMITS["d_ff"])
+    dropout: float = option("--dropout", 0.1, "dropout rate", low=0.0, high=DROPOUT_MAX)
+    norm: str = option("--norm", "post", "residual LayerNorm placement: post-LN is the paper's, pre-LN trains faster",
                        choices=("pre", "post"))
-    tie_embeddings: bool = option(False, "tie the target embedding and the output projection", flag="--tie")
-    dtype: str = option("float32", "floating-point type", choices=("float32", "float64"))
-    seed: int = option(0, "seed of initialisation, dropout and data order", low=0, high=SEED_MAX)
+    tie_embeddings: bool = option("--tie", False, "tie the target embedding and the output projection")
+    dtype: str = option("--dtype", "float32", "floating-point type", choices=("float32", "float64"))
+    seed: int = option("--seed", 0, "seed of initialisation, dropout and data order", low=0, high=SEED_MAX)
 
     def __post_init__(self):
         check_fields(self)

@@ -1,23 +1,29 @@
 """The training loop.
 
-The update, the heart of it, is five lines in :meth:`Trainer.train_step`: forward and
-loss, backward, clip, Adam step, zero the gradients. :meth:`Trainer.fit` runs it for every
-batch of every epoch, then validates and saves. Everything else (progress lines,
-throughput, checkpoints, the history) sits around those lines, not inside them.
+The update, the heart of it, is a handful of lines in :meth:`Trainer.train_step`: forward,
+loss, backward, clip, update. :meth:`Trainer.fit` runs it for every batch of every epoch, then
+validates, logs and saves. Everything else (progress lines, throughput, checkpoints, the
+history) sits in small helpers around those lines, not inside them.
+
+The trainer asks a task for what :class:`TrainingTask` declares: its batches, the model's inputs
+and targets of a batch, and its loss. A task with odd needs (the language model's loss per
+character) says so by overriding :meth:`TrainingTask.loss`, not the step.
 
 A run directory holds ``last/`` (the end of the latest epoch, with the optimiser, for
 ``--resume``), ``best/`` (the best validation score), ``history.json`` and ``curves.png``; with
 ``keep_epochs`` N, also ``epochs/NNN/`` for the last N epochs, and ``average/``, their mean,
 when it validates at least as well as ``best/`` (see :meth:`Trainer.average_kept`); a resume
-that trains on drops an ``average/`` of the epochs before it.
+that trains on drops an ``average/`` of the epochs before it. A trainer without a run directory
+writes nothing (the sentiment task's pretraining).
 Resuming restarts at the epoch after ``last/`` with the weights, the optimiser and the
 dropout generator as they were, so the losses equal an uninterrupted run's.
 
 Given ``comm=world()`` under ``mpiexec -n N`` (as ``train`` does; see
-:mod:`numpytransformer.training.parallel`), every rank runs this loop on its shard of each batch, the batch
-flags keeping their meaning as the global batch; the gradients are summed before the clip, so
-every rank takes the same step. Rank 0 alone validates, logs and writes; the others receive its
-metrics. Without ``comm`` a trainer is one process, even under ``mpiexec``.
+:mod:`numpytransformer.training.parallel`, the trainer's one door to the ranks), every rank runs
+this loop on its share of each batch, the batch flags keeping their meaning as the global batch;
+the gradients are summed before the clip, so every rank takes the same step. Rank 0 alone
+validates, logs and writes; the others receive its metrics. Without ``comm`` a trainer is one
+process, even under ``mpiexec``.
 """
 from __future__ import annotations
 
@@ -25,10 +31,11 @@ import dataclasses
 import json
 import shutil
 import time
+from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -39,38 +46,137 @@ from .checkpoint import (
     read_checkpoint_meta,
     save_checkpoint,
 )
+from ..core.losses import cross_entropy
 from ..errors import NumpyTransformerError
-from .optim import Adam, NoamSchedule, clip_grad_norm
+from .optim import Adam, CosineSchedule, Lion, NoamSchedule, clip_grad_norm
 from .parallel import SingleProcess
 from .settings import check_fields, option
 
-__all__ = ["TrainConfig", "Trainer", "kept_epochs", "plot_history", "without_timing"]
+__all__ = ["TrainConfig", "LATER_FIELDS", "TrainingTask", "Trainer", "kept_epochs", "plot_history", "without_timing"]
 
 
 @dataclass
 class TrainConfig:
     """Optimisation settings. The learning rate follows the Noam schedule
-    ``lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``, and over the last
-    ``cooldown`` of the ``epochs`` falls linearly to zero (a run cut short by ``max_minutes``
-    may stop before it does)."""
+    ``lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)`` (or, with ``schedule``
+    cosine, a linear rise over ``warmup`` updates to ``lr`` and a half cosine down to
+    ``min_lr_ratio * lr`` at the run's end), and over the last ``cooldown`` of the ``epochs``
+    falls linearly to zero (a run cut short by ``max_minutes`` may stop before it does)."""
 
-    epochs: int = option(10, "passes over the training data", low=1, high=100_000)
-    lr_factor: float = option(1.0, "multiplier of the Noam schedule", low=1e-6, high=100.0)
-    warmup: int = option(400, "warm-up updates of the Noam schedule", low=1, high=10 ** 7)
-    label_smoothing: float = option(0.1, "label smoothing epsilon", low=0.0, high=0.99)
-    clip_norm: float = option(1.0, "clip the global gradient norm to this (0: off)", flag="--clip", low=0.0)
-    accum_steps: int = option(1, "batches per update (gradient accumulation)", flag="--accum", low=1, high=1024)
-    log_every: int = option(50, "updates between progress lines", low=1)
-    max_minutes: float = option(0.0, "stop after the epoch that crosses this many minutes (0: no limit)", low=0.0)
-    cooldown: float = option(0.0, "share of the run's updates, at its end, over which the learning rate falls "
+    epochs: int = option("--epochs", 10, "passes over the training data", low=1, high=100_000)
+    lr_factor: float = option("--lr-factor", 1.0, "multiplier of the Noam schedule", low=1e-6, high=100.0)
+    warmup: int = option("--warmup", 400, "warm-up updates of the Noam schedule", low=1, high=10 ** 7)
+    label_smoothing: float = option("--label-smoothing", 0.1, "label smoothing epsilon", low=0.0, high=0.99)
+    clip_norm: float = option("--clip", 1.0, "clip the global gradient norm to this (0: off)", low=0.0)
+    accum_steps: int = option("--accum", 1, "batches per update (gradient accumulation)", low=1, high=1024)
+    log_every: int = option("--log-every", 50, "updates between progress lines", low=1)
+    max_minutes: float = option("--max-minutes", 0.0, "stop after the epoch that crosses this many minutes (0: no limit)", low=0.0)
+    cooldown: float = option("--cooldown", 0.0, "share of the run's updates, at its end, over which the learning rate falls "
                              "linearly to 0 (0: off)", low=0.0, high=1.0)
-    weight_decay: float = option(0.0, "decoupled weight decay of the matrices (AdamW; 0: plain Adam)",
+    weight_decay: float = option("--weight-decay", 0.0, "decoupled weight decay of the matrices (AdamW; 0: plain Adam)",
                                  low=0.0, high=1.0)
-    keep_epochs: int = option(0, "also keep the weights of the last N epochs in OUT/epochs/, for the average "
+    keep_epochs: int = option("--keep-epochs", 0, "also keep the weights of the last N epochs in OUT/epochs/, for the average "
                               "command (0: off)", low=0, high=1000)
+    optimizer: str = option("--optimizer", "adam", "adam, or lion (sign updates, one moment: wants a learning rate "
+                            "3 to 10 times smaller)", choices=("adam", "lion"))
+    schedule: str = option("--schedule", "noam", "learning-rate schedule: noam (inverse square root), or cosine "
+                           "(linear warm-up, then a half cosine to a floor at the run's end)", choices=("noam", "cosine"))
+    lr: float = option("--lr", 0.0, "peak learning rate of the cosine schedule (0: the Noam schedule's peak, "
+                       "lr-factor * d_model^-0.5 * warmup^-0.5)", low=0.0, high=10.0)
+    min_lr_ratio: float = option("--min-lr-ratio", 0.1, "the cosine schedule's floor, as a share of its peak",
+                                 low=0.0, high=1.0)
 
     def __post_init__(self):
         check_fields(self)
+        if self.lr and self.schedule != "cosine":
+            raise NumpyTransformerError(f"--lr {self.lr} sets the cosine schedule's peak; the Noam schedule's is "
+                                        "set by --lr-factor (or add --schedule cosine)")
+
+
+#: The fields of :class:`TrainConfig` that the checkpoints of older runs lack, with the values those
+#: runs trained with: absent from a checkpoint, a field means this.
+LATER_FIELDS = {"optimizer": "adam", "schedule": "noam", "lr": 0.0, "min_lr_ratio": 0.1}
+
+
+class TrainingTask(ABC):
+    """What the trainer asks of a task: its batches, the model's inputs and targets of a batch, and
+    the loss. :class:`~numpytransformer.tasks.base.Task` adds what the command line asks.
+
+    A batch is whatever :meth:`train_batches` lists (rows of a data set, their indices); only the
+    task reads it. The loss is a pure function of the logits and the targets; :meth:`shard` and
+    :meth:`target_count` split a batch among the ranks of a data-parallel run.
+    """
+
+    #: The metric of :meth:`validate` that picks the best checkpoint (higher is better).
+    selection_metric: ClassVar[str]
+    #: What :meth:`loss` counts, as the progress line names it (tok/s).
+    count_unit: ClassVar[str] = "tok"
+    #: Targets equal to this id are padding and do not count (None: every target counts).
+    target_pad: ClassVar[Optional[int]] = 0
+
+    @abstractmethod
+    def train_batches(self, epoch: int) -> Sequence:
+        """The batches of one epoch, the same for the same seed and epoch."""
+
+    @abstractmethod
+    def batch_arrays(self, batch) -> Tuple[tuple, np.ndarray]:
+        """``(model inputs, targets)`` of a training batch."""
+
+    def noised(self, model, inputs: tuple) -> tuple:
+        """The model's inputs as a training update reads them: unchanged unless a task's settings
+        add noise in training mode, such as word dropout (validation, in eval mode, must read them
+        as they are)."""
+        return inputs
+
+    def loss(self, logits: np.ndarray, targets: np.ndarray, label_smoothing: float) -> Tuple[float, int, np.ndarray]:
+        """``(mean loss, targets counted, dlogits)``: the cross-entropy of the non-pad targets and
+        its gradient (see :func:`~numpytransformer.core.losses.cross_entropy`)."""
+        loss, dlogits = cross_entropy(logits, targets, pad_id=self.target_pad, label_smoothing=label_smoothing)
+        return loss, self._non_pad(targets), dlogits
+
+    def mean_loss(self, model, batches) -> float:
+        """Target-weighted mean cross-entropy (no smoothing) over batches, in the model's mode."""
+        total, n = 0.0, 0
+        for batch in batches:
+            inputs, targets = self.batch_arrays(batch)
+            loss, k, _ = self.loss(model.forward(*inputs), targets, 0.0)
+            total, n = total + loss * k, n + k
+        return total / max(n, 1)
+
+    def shard(self, batch, rank: int, size: int):
+        """Rank ``rank``'s share of a training batch split among ``size`` ranks for data-parallel
+        training: its rows ``rank``, ``rank + size``, ``rank + 2 * size``, ...; None when there are
+        none (a batch of fewer rows than ranks). Interleaved rather than in blocks: a batch cut from
+        length-sorted buckets would give its longest rows all to the last rank."""
+        rows = batch[rank::size]
+        return rows if len(rows) else None
+
+    def target_count(self, batch) -> int:
+        """The targets whose mean loss :meth:`loss` differentiates: the non-pad ones. A
+        data-parallel run counts every batch at every update: a task whose batch is padded here
+        counts from its lengths instead."""
+        return self._non_pad(self.batch_arrays(batch)[1])
+
+    def _non_pad(self, targets: np.ndarray) -> int:
+        return targets.size if self.target_pad is None else int((targets != self.target_pad).sum())
+
+    def input_tokens(self, batch) -> int:
+        """Tokens the model reads in a batch, for a task whose :attr:`count_unit` is something
+        else (reviews): the progress line then shows them per second too. 0: not counted."""
+        return 0
+
+    @abstractmethod
+    def validate(self, model) -> Dict[str, float]:
+        """Metrics on the validation split, :attr:`selection_metric` among them."""
+
+    def data_summary(self) -> dict:
+        """What identifies the data read (counts, a digest): ``--resume`` refuses other data.
+        A :class:`Trainer` calls it once, when it is built."""
+        return {}
+
+    @abstractmethod
+    def to_dict(self) -> dict:
+        """The task's settings, saved in every checkpoint (JSON)."""
 
 
 def without_timing(record: dict) -> dict:
@@ -85,118 +191,145 @@ def _fmt_time(seconds: float) -> str:
 
 
 class Trainer:
-    """Train ``model`` on ``task`` with ``cfg``, writing the run into ``out_dir``; ``comm``: the
-    ranks of a data-parallel run (:func:`~numpytransformer.training.parallel.world`), None for one process."""
+    """Train ``model`` on ``task`` with ``cfg``, writing the run into ``out_dir`` (None: write
+    nothing); ``comm``: the ranks of a data-parallel run
+    (:func:`~numpytransformer.training.parallel.world`), None for one process."""
 
-    def __init__(self, model, task, cfg: TrainConfig, out_dir, log=None, comm=None):
+    def __init__(self, model, task: TrainingTask, cfg: TrainConfig, out_dir, log=None, comm=None):
         self.model, self.task, self.cfg = model, task, cfg
         self.comm = SingleProcess() if comm is None else comm
-        self.out_dir = Path(out_dir)
+        self.out_dir = None if out_dir is None else Path(out_dir)
+        self.writes = self.comm.is_writer and self.out_dir is not None  # one writer: rank 0
         self.noam = NoamSchedule(model.cfg.d_model, cfg.warmup, cfg.lr_factor)
-        self.optimizer = Adam(model.parameters(), lr=self.learning_rate, weight_decay=cfg.weight_decay)
+        self.cosine = CosineSchedule(cfg.lr or self.noam(cfg.warmup), cfg.warmup, cfg.min_lr_ratio)
+        optimizer = {"adam": Adam, "lion": Lion}[cfg.optimizer]
+        self.optimizer = optimizer(model.parameters(), lr=self.learning_rate, weight_decay=cfg.weight_decay)
         self.total_updates = 0  # the run's length, for the cool-down: planned at each epoch's start
         self.data_summary = task.data_summary()  # recorded in every save: the data is hashed once
         self.history = {"steps": [], "epochs": []}
         self.epoch = self.saved_epoch = 0  # epochs finished, and the one last/ holds
         self.best_score = None  # the best validation score so far: best/ holds that epoch
+        # Sums over the updates only (validation and saving excluded): seconds, targets counted,
+        # input tokens, updates; for the run, the epoch (with its loss) and since the last progress line.
+        self.run_meter, self.epoch_meter, self.window_meter = Counter(), Counter(), Counter()
         self.log = log or (lambda msg: print(msg, flush=True))
-        if self.comm.rank:  # one writer: rank 0
+        if not self.comm.is_writer:
             self.log = lambda msg: None
 
     def learning_rate(self, step: int) -> float:
-        """Noam's rate, times a linear fall to zero over the last ``cooldown`` of the updates."""
+        """The schedule's rate (Noam's, or the cosine's over the run's planned updates), times a linear
+        fall to zero over the last ``cooldown`` of the updates."""
+        rate = self.cosine(step, self.total_updates) if self.cfg.schedule == "cosine" else self.noam(step)
         if not self.cfg.cooldown:
-            return self.noam(step)
+            return rate
         start = self.total_updates * (1 - self.cfg.cooldown)
         fall = min(1.0, (self.total_updates + 1 - step) / (self.total_updates + 1 - start))
-        return self.noam(step) * max(fall, 0.0)
+        return rate * max(fall, 0.0)
 
     # ---- the update ---------------------------------------------------------------------
     def train_step(self, group) -> tuple:
-        """One update from a group of batches: returns (mean loss, targets counted, learning rate)."""
-        model, grads, task, comm = self.model, self.model.gradients(), self.task, self.comm
+        """One update from a group of batches (one, or ``accum_steps`` of them): returns (mean loss,
+        targets counted, learning rate). Each batch's gradient is weighted by its share of the
+        group, and, under MPI, by this rank's share of the batch's targets (``comm.share``)."""
+        model, task, grads = self.model, self.task, self.model.gradients()
         loss_sum, counted = 0.0, 0
         for batch in group:
-            shard = task.shard(batch, comm.rank, comm.size) if comm.size > 1 else batch  # this rank's rows
-            if shard is None:
+            part, weight = self.comm.share(task, batch)  # this rank's rows (all of them in one process)
+            if part is None:
                 continue
-            loss, n, dlogits = task.train_step_loss(model, shard, self.cfg.label_smoothing)  # forward, loss
-            if comm.size > 1:  # the shard's share of the batch's targets: the ranks' sum is the batch's mean
-                dlogits *= dlogits.dtype.type(task.target_count(shard) / task.target_count(batch))
-            if len(group) > 1:
-                dlogits /= dlogits.dtype.type(len(group))  # the update follows the group's mean loss
-            model.backward(dlogits)  # backward
+            inputs, targets = task.batch_arrays(part)
+            logits = model.forward(*task.noised(model, inputs))  # forward
+            loss, n, dlogits = task.loss(logits, targets, self.cfg.label_smoothing)  # loss
+            model.backward(dlogits * (weight / len(group)))  # backward: the gradient of the group's mean loss
             loss_sum, counted = loss_sum + loss * n, counted + n
-        loss_sum, counted = comm.sum_gradients(grads, loss_sum, counted)  # allreduce: the batch's gradient
+        loss_sum, counted = self.comm.sum_gradients(grads, loss_sum, counted)  # allreduce: the batch's gradient
         loss = loss_sum / max(counted, 1)
         if not np.isfinite(loss):
             raise FloatingPointError(f"the loss became {loss}: training diverged; lower --lr-factor or "
                                      "raise --warmup")
         if self.cfg.clip_norm:
             clip_grad_norm(grads, self.cfg.clip_norm)  # clip
-        lr = self.optimizer.step(grads)  # Adam step
+        lr = self.optimizer.step(grads)  # update (Adam, or Lion)
         model.zero_grad()
         return float(loss), int(counted), lr
 
     # ---- epochs -------------------------------------------------------------------------
     def fit(self) -> dict:
         """Train until ``cfg.epochs`` (or the time budget); returns the last validation metrics."""
-        cfg, start, metrics = self.cfg, time.perf_counter(), {}
-        # Sums over the updates only (validation and saving excluded): seconds, targets counted,
-        # input tokens, updates; for the run, the epoch (with its loss) and since the last progress line.
-        run = Counter()
-        writer = self.comm.rank == 0
-        if writer and self.epoch < cfg.epochs and (self.out_dir / "average").exists():
-            shutil.rmtree(self.out_dir / "average")  # the average of epochs before this resume
-            self.log("removed average/: it averages epochs before this resume (with --keep-epochs above 1, the end "
-                     "of the run averages again)")
+        self._start, metrics = time.perf_counter(), {}
+        self.run_meter.clear()
+        self._drop_stale_average()
         try:
-            while self.epoch < cfg.epochs:
-                self.model.train()
-                if self.comm.rank:  # rank 0 continues the model's (saved) generator; rank r draws from its own
-                    # stream, started again each epoch: a resume (at an epoch's end) on the same N is exact
-                    self.model.rng.bit_generator.state = np.random.default_rng(
-                        [self.model.cfg.seed, self.comm.rank, self.epoch]).bit_generator.state
-                batches = self.task.train_batches(self.epoch)
-                # The updates so far and those of the epochs left: a resumed run plans as an
-                # uninterrupted one does at the same epoch, even with another --accum.
-                self.total_updates = self.optimizer.t + (cfg.epochs - self.epoch) * -(-len(batches) // cfg.accum_steps)
-                epoch, window = Counter(), Counter()
-                for i in range(0, len(batches), cfg.accum_steps):
-                    group = batches[i:i + cfg.accum_steps]
+            while self.epoch < self.cfg.epochs:
+                for group in self._start_epoch():
                     t0 = time.perf_counter()
                     loss, counted, lr = self.train_step(group)
-                    inputs = sum(map(self.task.input_tokens, group))
-                    for meter in (run, epoch, window):
-                        meter.update(seconds=time.perf_counter() - t0, count=counted, inputs=inputs, updates=1)
-                    epoch.update(loss=loss * counted)
-                    t = self.optimizer.t
-                    self.history["steps"].append({"step": t, "epoch": self.epoch + 1, "loss": round(loss, 6), "lr": lr})
-                    if t % cfg.log_every == 0:
-                        left = (cfg.epochs - self.epoch) * len(batches) / cfg.accum_steps - epoch["updates"]
-                        eta = run["seconds"] / run["updates"] * left
-                        ranks = f" ranks {self.comm.size}" if self.comm.size > 1 else ""
-                        self.log(f"epoch {self.epoch + 1}/{cfg.epochs} update {t} loss {loss:.4f} lr {lr:.2e} "
-                                 f"{self._rates(window)}{ranks} eta {_fmt_time(eta)}")
-                        window.clear()
-                self.model.eval()
-                metrics = self.comm.bcast(self.task.validate(self.model) if writer else None)  # once, on rank 0
-                self._end_epoch(metrics, epoch, time.perf_counter() - start)
-                if self.comm.bcast(cfg.max_minutes and self.epoch < cfg.epochs  # rank 0's clock decides for all
-                                   and time.perf_counter() - start > 60 * cfg.max_minutes):
-                    self.log(f"stopping: the time budget of {cfg.max_minutes} minutes is used up")
+                    self._record_step(group, loss, counted, lr, time.perf_counter() - t0)
+                metrics = self._end_epoch()
+                if self._out_of_time():
                     break
         except KeyboardInterrupt:
             self.log(f"interrupted: {self.out_dir / 'last'} holds epoch {self.saved_epoch}; continue with --resume"
                      if self.saved_epoch else "interrupted before the first epoch was saved: start again")
             raise
-        if writer:
+        self._end_run()
+        return metrics
+
+    def _drop_stale_average(self) -> None:
+        """Remove an ``average/`` of the epochs before this resume: the run trains on past them."""
+        if self.writes and self.epoch < self.cfg.epochs and (self.out_dir / "average").exists():
+            shutil.rmtree(self.out_dir / "average")
+            self.log("removed average/: it averages epochs before this resume (with --keep-epochs above 1, the end "
+                     "of the run averages again)")
+
+    def _start_epoch(self) -> list:
+        """Training mode, each rank's dropout stream, and the groups of batches of the epoch; plans
+        the run's updates for the cool-down."""
+        self.model.train()
+        self.comm.seed_dropout(self.model, self.epoch)
+        batches, accum = self.task.train_batches(self.epoch), self.cfg.accum_steps
+        self._epoch_updates = -(-len(batches) // accum)
+        # The updates so far and those of the epochs left: a resumed run plans as an
+        # uninterrupted one does at the same epoch, even with another --accum.
+        self.total_updates = self.optimizer.t + (self.cfg.epochs - self.epoch) * self._epoch_updates
+        self.epoch_meter.clear()
+        self.window_meter.clear()
+        return [batches[i:i + accum] for i in range(0, len(batches), accum)]
+
+    def _record_step(self, group, loss: float, counted: int, lr: float, seconds: float) -> None:
+        """Add an update to the meters and the history; a progress line every ``log_every`` updates."""
+        inputs = sum(map(self.task.input_tokens, group))
+        for meter in (self.run_meter, self.epoch_meter, self.window_meter):
+            meter.update(seconds=seconds, count=counted, inputs=inputs, updates=1)
+        self.epoch_meter.update(loss=loss * counted)
+        t = self.optimizer.t
+        self.history["steps"].append({"step": t, "epoch": self.epoch + 1, "loss": round(loss, 6), "lr": lr})
+        if t % self.cfg.log_every == 0:
+            left = (self.cfg.epochs - self.epoch) * self._epoch_updates - self.epoch_meter["updates"]
+            eta = self.run_meter["seconds"] / self.run_meter["updates"] * left
+            ranks = f" ranks {self.comm.size}" if self.comm.size > 1 else ""
+            self.log(f"epoch {self.epoch + 1}/{self.cfg.epochs} update {t} loss {loss:.4f} lr {lr:.2e} "
+                     f"{self._rates(self.window_meter)}{ranks} eta {_fmt_time(eta)}")
+            self.window_meter.clear()
+
+    def _out_of_time(self) -> bool:
+        """Whether the time budget is used up with epochs left; rank 0's clock decides for all."""
+        cfg = self.cfg
+        over = self.comm.bcast(bool(cfg.max_minutes) and self.epoch < cfg.epochs
+                               and time.perf_counter() - self._start > 60 * cfg.max_minutes)
+        if over:
+            self.log(f"stopping: the time budget of {cfg.max_minutes} minutes is used up")
+        return over
+
+    def _end_run(self) -> None:
+        """The average of the kept epochs, the curves, and the run's throughput."""
+        if self.writes:
             self.average_kept()
             plot_history(self.history, self.out_dir / "curves.png", log=self.log)
+        run = self.run_meter
         if run["updates"]:
             self.log(f"throughput: {run['updates']:,} updates in {run['seconds']:.1f} s of training (validation "
                      f"excluded): {self._rates(run)}")
-        return metrics
 
     def average_kept(self) -> None:
         """With ``keep_epochs`` > 1, average the kept epochs' weights; save them as ``average/``
@@ -223,8 +356,12 @@ class Trainer:
         text = f"{self.task.count_unit}/s {meter['count'] / s:,.0f}"
         return text + (f" tok/s {meter['inputs'] / s:,.0f}" if meter["inputs"] else "")
 
-    def _end_epoch(self, metrics: dict, meter: Counter, elapsed: float) -> None:
-        """Check the numbers, record the epoch, save best/ (if better), last/ and the history."""
+    def _end_epoch(self) -> dict:
+        """Validate (once, on rank 0), check the numbers, record the epoch, save best/ (if better),
+        last/ and the history, log the epoch's line; returns the validation metrics."""
+        self.model.eval()
+        metrics = self.comm.bcast(self.task.validate(self.model) if self.comm.is_writer else None)
+        meter, elapsed = self.epoch_meter, time.perf_counter() - self._start
         train_loss = meter["loss"] / max(meter["count"], 1)
         bad = {k: v for k, v in {"train_loss": train_loss, **metrics}.items() if not np.isfinite(v)}
         if bad:  # a diverged model can keep a finite accuracy: every number is checked
@@ -245,10 +382,11 @@ class Trainer:
         better = self.best_score is None or score >= self.best_score  # a tie goes to the later, longer-trained epoch
         if better:
             self.best_score = float(score)
-        if self.comm.rank == 0:  # one writer: the other ranks hold the same weights
+        if self.writes:
             self._write_epoch(better)
         shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
         self.log(f"epoch {self.epoch} done: train_loss {train_loss:.4f} {shown} [{_fmt_time(elapsed)}]")
+        return metrics
 
     def _write_epoch(self, better: bool) -> None:
         """Save best/ (if ``better``), last/ and the kept epochs, and write the history."""
@@ -314,6 +452,6 @@ def plot_history(history: dict, path, log=print) -> None:
     ax1.set(xlabel="update", ylabel="loss", yscale="log")
     ax1.legend()
     ax2.plot(updates, [s["lr"] for s in steps])
-    ax2.set(xlabel="update", ylabel="learning rate (Noam)")
+    ax2.set(xlabel="update", ylabel="learning rate")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
