@@ -2,7 +2,7 @@
 
 The library is its own reference solution. The code a student writes is fenced in it::
 
-    ### BEGIN SOLUTION 4.2: dq, dk and dv of scaled dot-product attention
+    ### BEGIN SOLUTION 6.1: dx and dgamma of RMSNorm (LayerNorm's backward without the mean and beta)
     ...
     ### END SOLUTION
 

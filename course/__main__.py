@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from .catalog import BY_ID, EXERCISES, LESSONS, check_command
+from .catalog import BY_ID, EXERCISES, LESSONS, PROJECTS, check_command
 
 PROG = "python -m course"
 
@@ -82,6 +82,10 @@ def _fail(message: str) -> int:
     return 2
 
 
+def _project_line(e) -> str:
+    return f"{e.id} {e.function} ... graded by your teacher with the rubric in {e.file} ({e.points} points), not here"
+
+
 def _select(which: Optional[str]):
     if which is None:
         return EXERCISES
@@ -99,6 +103,11 @@ def _list() -> int:
         print(f"{e.id:<5} {e.lesson:<6} {e.function:<{width}}  {e.file}")
         print(f"{'':<5} {'':<6} {'':<{width}}  {e.title}")
         print(f"{'':<5} {'':<6} {'':<{width}}  {e.difficulty}, about {e.minutes} min, {e.points} points")
+    for e in PROJECTS:
+        print(f"{e.id:<5} {'12-13':<6} {e.function:<{width}}  {e.file}")
+        print(f"{'':<5} {'':<6} {'':<{width}}  {e.title}")
+        print(f"{'':<5} {'':<6} {'':<{width}}  {e.difficulty}, about {e.minutes} min, {e.points} points: "
+              "graded by your teacher with the rubric in " + e.file)
     print(f"\nCheck one with: {check_command('<id>')}  (or a lesson number, or nothing for all)")
     return 0
 
@@ -140,6 +149,10 @@ def _level(hints: str, failed_before: int) -> int:
 
 def _check(which: Optional[str], student: Optional[str], json_path: Optional[str], timeout: Optional[float],
            seed: Optional[int], hints: str = "steps") -> int:
+    project = next((e for e in PROJECTS if e.id == which), None)
+    if project is not None:
+        print(_project_line(project))
+        return 0
     selected = _select(which)
     if selected is None:
         return _fail(f"N={which!r} is neither an exercise id nor a lesson with exercises; valid ids: "
@@ -194,6 +207,9 @@ def _check(which: Optional[str], student: Optional[str], json_path: Optional[str
         points = sum(r.score for r in results)
         print(f"{passed} of {len(results)} exercises passed "
               f"({points:.4g} of {sum(BY_ID[r.exercise_id].points for r in results)} points)")
+    if which is None:
+        for e in PROJECTS:
+            print(_project_line(e))
     if json_path:
         try:
             _results_json(results, json_path, seed)

@@ -1,103 +1,132 @@
 """The exercises: which fence of the library each one is, and what the student writes there.
 
-The titles are the ones written after ``### BEGIN SOLUTION <id>:`` in the library;
-``tests/test_exercises.py`` keeps the two in step.
+A lesson derives a component; its exercises ask for a sibling that no lesson derives (GELU
+beside ReLU, rotary beside sinusoidal positions, RMSNorm beside LayerNorm ...), a real option
+of the models, whose reference solution is fenced in the library. The titles are the ones
+written after ``### BEGIN SOLUTION <id>:`` there; ``tests/test_exercises.py`` keeps the two in
+step. The project (:data:`PROJECTS`) is graded by the teacher with the rubric of
+``lessons/PROJECT.md``, not by the grader.
 """
 from __future__ import annotations
 
 from typing import Dict, List, NamedTuple, Tuple
 
-__all__ = ["Exercise", "EXERCISES", "BY_ID", "LESSONS", "check_command"]
+__all__ = ["Exercise", "EXERCISES", "PROJECTS", "CATALOG", "BY_ID", "LESSONS", "check_command"]
 
 
 class Exercise(NamedTuple):
-    id: str  # "<lesson>.<n>"
-    file: str  # path of the fenced file, relative to the repository root
+    id: str  # "<lesson>.<n>", or "P" for the project
+    file: str  # path of the fenced file (the project: its rubric), relative to the repository root
     function: str  # the function (or method) that holds the fence
     title: str  # what to compute, as in the fence
     needs: Tuple[str, ...] = ()  # exercises whose code this check also runs
-    section: str = ""  # where the lesson derives it, for the grader's hints ("lesson 6 §2")
+    section: str = ""  # the lesson section whose method it transfers, for the grader's hints
     difficulty: str = ""  # "easy", "medium" or "hard"
     minutes: int = 0  # a fair time estimate for a student who has read the lesson
     points: int = 0  # for a results.json (Gradescope's format)
+    kind: str = "exercise"  # "exercise" (autograded) or "project" (graded by the teacher)
 
     @property
     def lesson(self) -> int:
-        return int(self.id.split(".")[0])
+        """The lesson it follows (the project: the last one it builds on)."""
+        return 13 if self.kind == "project" else int(self.id.split(".")[0])
 
 
 def check_command(exercise_id: str) -> str:
     return f"python -m course check {exercise_id}"
 
 
+#: The autograded exercises, in lesson order.
 EXERCISES: List[Exercise] = [
-    Exercise("1.1", "numpytransformer/core/linear.py", "linear_backward",
-             "dx, dW and db of the affine map out = x W + b", (), "lesson 1 §2", "easy", 20, 5),
-    Exercise("1.2", "numpytransformer/core/relu.py", "relu_backward",
-             "dx of ReLU, shaped like x, with derivative 0 at the kink", (), "lesson 1 §4", "easy", 10, 3),
-    Exercise("2.1", "numpytransformer/core/losses.py", "softmax_cross_entropy_backward",
-             "turn d (the softmax) into dloss * dL/dlogits, zero in pad rows", (), "lesson 2 §4-5", "medium", 30, 8),
-    Exercise("3.1", "numpytransformer/core/embedding.py", "embedding_backward",
-             "dW, the scaled scatter-add of dout into the rows named by ids, pad row zero", (), "lesson 3 §2-4",
-             "medium", 25, 6),
-    Exercise("3.2", "numpytransformer/core/positional.py", "sinusoidal_encoding",
-             "pe, the float64 (max_len, d_model) table: sines in even columns, cosines in odd ones", (),
-             "lesson 3 §5", "easy", 20, 4),
-    Exercise("4.1", "numpytransformer/core/attention.py", "attention_forward",
-             "scale, the masked softmax weights of q k^T * scale, and out = weights v", (), "lesson 4 §1-4",
-             "medium", 40, 8),
-    Exercise("4.2", "numpytransformer/core/attention.py", "attention_backward",
-             "dq, dk and dv of scaled dot-product attention", ("4.1",), "lesson 4 §6", "hard", 60, 12),
-    Exercise("5.1", "numpytransformer/core/multihead.py", "split_heads, merge_heads",
-             "split_heads and merge_heads, between (B, T, D) and (B, H, T, D/H)", (), "lesson 5 §2", "easy", 20, 4),
-    Exercise("5.2", "numpytransformer/core/multihead.py", "multihead_attention_backward",
-             "dx_q, dx_kv and the 8 parameter gradients, in reverse order of the forward",
-             ("1.1", "4.1", "4.2", "5.1"), "lesson 5 §5", "hard", 60, 12),
-    Exercise("6.1", "numpytransformer/core/layernorm.py", "layernorm_backward",
-             "dx, dgamma and dbeta of LayerNorm", (), "lesson 6 §2", "hard", 50, 10),
-    Exercise("6.2", "numpytransformer/core/feedforward.py", "ffn_backward",
-             "dx, dW1, db1, dW2 and db2, back through W2, the ReLU and W1", ("1.1", "1.2"), "lesson 6 §3",
-             "easy", 15, 4),
-    Exercise("7.1", "numpytransformer/nn/blocks.py", "EncoderLayer.backward",
-             "dx, back through the FFN sublayer, then the self-attention sublayer",
-             ("1.1", "1.2", "4.1", "4.2", "5.1", "5.2", "6.1", "6.2", "7.2"), "lesson 7 §1", "medium", 20, 5),
-    Exercise("8.1", "numpytransformer/training/optim.py", "NoamSchedule.__call__",
-             "the learning rate: linear warm-up to a peak at step warmup, then 1/sqrt(step) decay", (),
-             "lesson 8 §3", "easy", 10, 3),
-    Exercise("8.2", "numpytransformer/training/optim.py", "Adam.step",
-             "update the moments self.m, self.v and every parameter in place, bias-corrected", (),
-             "lesson 8 §2", "medium", 30, 6),
-    Exercise("8.3", "numpytransformer/training/optim.py", "global_norm, clip_grad_norm",
-             "norm of all gradients; scale them all in place if norm > max_norm", (), "lesson 8 §4",
-             "easy", 15, 4),
-    Exercise("10.1", "numpytransformer/text/bleu.py", "_segment_stats",
-             "correct[n-1] and total[n-1], clipped matches and hypothesis n-grams of each order n", (),
-             "lesson 10 §4", "medium", 30, 6),
-    Exercise("12.1", "numpytransformer/core/positional.py", "learned_positional_backward",
-             "dx and dP of the addition of learned positions; rows the forward did not read get zero", (), "lesson 12",
-             "easy", 15, 4),
-    Exercise("7.2", "numpytransformer/nn/blocks.py", "Residual.backward, DecoderLayer.backward",
-             "dx (and dmemory) through a sublayer connection, pre- or post-LN, and back through the decoder's three "
-             "sublayers", ("1.1", "1.2", "4.1", "4.2", "5.1", "5.2", "6.1", "6.2"), "lesson 6 §4, lesson 7 §2",
-             "hard", 45, 12),
-    Exercise("9.1", "numpytransformer/nn/decoding.py", "_greedy",
-             "the greedy loop: the last position's logits (from the KV cache or the whole prefix), the argmax, EOS "
-             "bookkeeping", (), "lesson 9 §2, §4", "medium", 30, 6),
-    Exercise("9.2", "numpytransformer/nn/decoding.py", "_beam",
-             "one beam step: finished beams kept, the K best of K*V candidates, their parents, lengths and "
-             "reordered caches", (), "lesson 9 §3, §5", "hard", 60, 10),
-    Exercise("11.1", "numpytransformer/sweep.py", "over_seeds",
-             "train once per seed, then the mean, the sample std, the standard error and the 95% t-interval", (),
-             "lesson 11 §5", "easy", 20, 6),
-    Exercise("12.2", "numpytransformer/nn/sampling.py", "top_k_filter, top_p_filter, _probs, sample_from",
-             "the distribution at temperature tau, cut to the top k and the top p, renormalised; one draw from it",
-             (), "lesson 12 §6", "medium", 40, 10),
-    Exercise("12.3", "numpytransformer/core/losses.py", "lm_loss_forward, lm_loss_backward",
-             "the mean next-token loss (targets: ids shifted by one) and its gradient dlogits", ("2.1",),
-             "lesson 2 §4, lesson 12 §5", "medium", 25, 6),
+    Exercise("1.1", "numpytransformer/core/gelu.py", "gelu_backward",
+             "dx of the exact GELU, x Phi(x) with Phi the standard normal's distribution function", (),
+             "sibling of lesson 1 §4", "medium", 30, 6),
+    Exercise("1.2", "numpytransformer/core/gelu.py", "gelu_backward",
+             "dx of GPT-2's tanh GELU, x (1 + tanh(u)) / 2 with u = C (x + K x^3)", (),
+             "sibling of lesson 1 §4", "medium", 25, 4),
+    Exercise("2.1", "numpytransformer/core/losses.py", "softmax_cross_entropy_forward, softmax_cross_entropy_backward",
+             "PaLM's z-loss: log Z of every row, z_loss times the mean of its square over the counted rows added to "
+             "the loss; its gradient added to d", (), "sibling of lesson 2 §4", "medium", 40, 8),
+    Exercise("3.1", "numpytransformer/core/rotary.py", "rotary_forward",
+             "rotate each (even, odd) pair of features by the angle of its row's position", (),
+             "sibling of lesson 3 §5-6", "medium", 35, 6),
+    Exercise("3.2", "numpytransformer/core/rotary.py", "rotary_backward",
+             "dx of the rotation of each (even, odd) pair, shaped like x", ("3.1",),
+             "sibling of lesson 3 §6", "easy", 20, 6),
+    Exercise("4.1", "numpytransformer/core/alibi.py", "alibi_attention_forward",
+             "the bias -m_h (i - j), added to the scaled scores, then attention's masked softmax", (),
+             "sibling of lesson 4 §1-3", "medium", 35, 6),
+    Exercise("4.2", "numpytransformer/core/alibi.py", "alibi_slopes",
+             "the slopes m_h = 2^(-8h/H) of the heads h = 1 .. H, in float64", (), "sibling of lesson 4 §3",
+             "easy", 10, 3),
+    Exercise("5.1", "numpytransformer/core/gqa.py", "repeat_kv",
+             "each key or value head repeated for the group of query heads that reads it", (),
+             "sibling of lesson 5 §2", "easy", 15, 4),
+    Exercise("5.2", "numpytransformer/core/gqa.py", "gqa_backward",
+             "dx and the 8 parameter gradients of grouped-query attention",
+             ("3.1", "3.2", "4.1", "4.2", "5.1"), "sibling of lesson 5 §5", "hard", 75, 12),
+    Exercise("6.1", "numpytransformer/core/rmsnorm.py", "rmsnorm_backward",
+             "dx and dgamma of RMSNorm (LayerNorm's backward without the mean and beta)", (),
+             "sibling of lesson 6 §2", "medium", 40, 8),
+    Exercise("6.2", "numpytransformer/core/swiglu.py", "swiglu_backward",
+             "dx, dW1, dV and dW2, back through W2, the gate product, silu and the two projections", (),
+             "sibling of lesson 6 §3", "hard", 50, 10),
+    Exercise("7.1", "numpytransformer/nn/blocks.py", "ParallelBlock.backward",
+             "dx, with the gradients of the sublayers' and the norm's parameters accumulated",
+             ("7.2",), "sibling of lesson 7 §1", "hard", 50, 12),
+    Exercise("7.2", "numpytransformer/nn/blocks.py", "ParallelBlock.forward",
+             "one shared norm of x, the attention and the FFN on it, their dropped outputs added to x", (),
+             "sibling of lesson 7 §1", "easy", 15, 5),
+    Exercise("8.1", "numpytransformer/training/optim.py", "CosineSchedule.__call__",
+             "the rate at step: the linear rise, the half cosine from peak to floor, then the floor", (),
+             "sibling of lesson 8 §3", "easy", 20, 4),
+    Exercise("8.2", "numpytransformer/training/optim.py", "Lion.step",
+             "the direction c from the momentum and the gradient, the signed step of every parameter in place, then "
+             "the momentum self.m", (), "sibling of lesson 8 §2", "easy", 25, 6),
+    Exercise("8.3", "numpytransformer/training/optim.py", "EMA.update",
+             "for every parameter, the average moved one step towards the new weights, into self.shadow", (),
+             "sibling of lesson 8 §2", "easy", 15, 3),
+    Exercise("9.2", "numpytransformer/nn/decoding.py", "_ban_early_eos",
+             "while the outputs hold fewer than min_len tokens, EOS's score set to -inf (in place)", (),
+             "sibling of lesson 9 §2", "easy", 15, 3),
+    Exercise("9.1", "numpytransformer/nn/decoding.py", "_block_repeats",
+             "for each hypothesis, every token that followed an earlier occurrence of its last n - 1 tokens, banned",
+             (), "sibling of lesson 9 §2", "medium", 40, 8),
+    Exercise("10.1", "numpytransformer/text/chrf.py", "chrf_statistics",
+             "per order n, the counts of the hypothesis's and the reference's character n-grams and of the matched "
+             "ones", (), "sibling of lesson 10 §4", "medium", 35, 8),
+    Exercise("10.2", "numpytransformer/text/chrf.py", "chrf_from_statistics",
+             "the mean precision and recall over the orders both sides have, then their F-beta score in percent", (),
+             "sibling of lesson 10 §4", "easy", 20, 4),
+    Exercise("11.1", "numpytransformer/sweep.py", "paired_bootstrap",
+             "n resamples (each rows = rng.integers(0, S, size=S), one draw for both systems), the differences of the "
+             "metric, the share A wins, the percentile interval and delta", (), "sibling of lesson 11 §5", "medium",
+             40, 8),
+    Exercise("12.1", "numpytransformer/nn/sampling.py", "min_p_filter",
+             "the threshold p times the largest probability, the probabilities below it set to 0, the rest "
+             "renormalised", (), "sibling of lesson 12 §6", "easy", 15, 3),
+    Exercise("12.2", "numpytransformer/nn/modules.py", "GroupedQueryAttention._forward_cached",
+             "the positions of the new tokens, after the held ones, and q and k rotated by them", ("3.1", "5.1"),
+             "sibling of lesson 12 §7", "medium", 35, 8),
+    Exercise("13.1", "numpytransformer/training/collectives.py", "ring_reduce_scatter",
+             "N - 1 steps; at each every rank sends one chunk to its right neighbour, which adds it to its own", (),
+             "sibling of lesson 13 §3", "medium", 35, 8),
+    Exercise("13.2", "numpytransformer/training/collectives.py", "ring_all_gather",
+             "N - 1 steps; at each every rank passes one finished chunk to its right neighbour, which keeps it", (),
+             "sibling of lesson 13 §3", "easy", 20, 6),
 ]
-# Kept in lesson order (the list above grows at its end).
+# Kept in lesson order.
 EXERCISES.sort(key=lambda e: tuple(map(int, e.id.split("."))))
+
+#: What the teacher grades by hand, with a rubric.
+PROJECTS: List[Exercise] = [
+    Exercise("P", "lessons/PROJECT.md", "project",
+             "modernise the GPT with two siblings of your choice, ablate them on Tiny Shakespeare at equal training "
+             "time, and report with curves", (), "lessons 12-13", "hard", 600, 40, "project"),
+]
+
+#: Everything a student is graded on: the exercises, then the project.
+CATALOG: List[Exercise] = EXERCISES + PROJECTS
 
 BY_ID: Dict[str, Exercise] = {e.id: e for e in EXERCISES}
 

@@ -2,36 +2,20 @@
 
 A fence sits inside a function body::
 
-    ### BEGIN SOLUTION 4.2: dq, dk and dv of scaled dot-product attention
+    ### BEGIN SOLUTION 6.1: dx and dgamma of RMSNorm (LayerNorm's backward without the mean and beta)
     ...the reference code...
     ### END SOLUTION
 
 :func:`build_edition` copies the repository and replaces every fence by one line at
-the fence's indentation, ``raise NotImplementedError("Exercise 4.2: ... (lesson 4;
-check: python -m course check 4.2)")``. The code after a fence
+the fence's indentation, ``raise NotImplementedError("Exercise 6.1: ... (lesson 6;
+check: python -m course check 6.1)")``. The code after a fence
 (often the ``return`` that shows what the student must compute) stays.
 
-The lesson notebooks are fenced too. In a code cell::
-
-    ### BEGIN SOLUTION 8.2
-    ...code that restates the solution...
-    ### STUDENT EDITION
-    # ...what the student edition runs instead, written as comments...
-    ### END SOLUTION
-
-the fence becomes the commented lines, uncommented (or, without a ``### STUDENT EDITION``
-part, one comment saying which exercise the code was). In a markdown cell,
-``<!-- BEGIN SOLUTION 1.1 -->`` ... ``<!-- END SOLUTION -->`` becomes one sentence naming
-the exercise: the derivation and the equations stay, the code that restates them goes.
-``build --solved 1.1,4.1`` keeps chosen solutions, for a student who is stuck.
-
-Students derive what they are graded on. A lesson cell that hands over a graded derivation
-carries the tag ``solution`` and, in ``metadata["solution"]``, the exercise id and the
-``student`` source that replaces it in the student edition: the questions that lead through
-the derivation, or code that leaves the derived expression to the student (the check cells
-after it stay). In the library, a docstring block opened by ``.. solution-only::`` (the
-formula a backward computes) is dropped from the student edition, with everything indented
-under it. ``build --guided`` makes a gentler edition that keeps both.
+The lessons stay whole: they derive their components openly, and each exercise asks for a
+sibling that no lesson derives. In the library, a docstring block opened by ``..
+solution-only::`` (how a graded backward was derived) is dropped from the student edition,
+with everything indented under it; ``build --guided`` makes a gentler edition that keeps it,
+and ``build --solved 1.1,4.1`` keeps chosen solutions, for a student who is stuck.
 
 Either edition's ``fast.py`` keeps the switch but none of the fast forms
 (:func:`without_fast_forms`): they would give the solutions away, and its Modules, loss and
@@ -51,26 +35,18 @@ import textwrap
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
-from .catalog import BY_ID, EXERCISES, check_command
+from .catalog import BY_ID, EXERCISES, PROJECTS, check_command
 
 __all__ = ["Fence", "FenceError", "BuildError", "parse_fences", "library_fences", "placeholder",
-           "replace_fences", "enclosing_function", "build_edition", "exercises_markdown", "NotebookFence",
-           "notebook_fences", "cut_notebook", "keep_fences", "hide_derivations", "strip_solution_only",
-           "SOLUTION_ONLY", "without_fast_forms", "function_source", "function_span", "release"]
+           "replace_fences", "enclosing_function", "build_edition", "exercises_markdown", "keep_fences",
+           "strip_solution_only", "SOLUTION_ONLY", "without_fast_forms", "function_source", "function_span",
+           "release"]
 
 _BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION (?P<id>\d+\.\d+): (?P<title>\S.*?)\s*$")
 _END = re.compile(r"^(?P<indent>[ \t]*)### END SOLUTION\s*$")
 # Anything that looks like a marker, spelt right or not, so that a typo is an error
 # rather than a fence silently left in the student edition.
 _LOOSE = re.compile(r"^\s*#+\s*(BEGIN|END)\s+SOLUTION", re.IGNORECASE)
-# Notebook cells: code fences may omit the title; markdown fences are HTML comments.
-_NB_BEGIN = re.compile(r"^### BEGIN SOLUTION (?P<id>\d+\.\d+)(: .*)?\s*$")
-_NB_STUDENT = re.compile(r"^### STUDENT EDITION\s*$")
-_NB_END = re.compile(r"^### END SOLUTION\s*$")
-_MD_BEGIN = re.compile(r"^<!-- BEGIN SOLUTION (?P<id>\d+\.\d+) -->\s*$")
-_MD_END = re.compile(r"^<!-- END SOLUTION -->\s*$")
-_NB_LOOSE = re.compile(r"^\s*(#+|<!--)\s*((BEGIN|END)\s+SOLUTION|STUDENT\s+EDITION)", re.IGNORECASE)
-
 #: What the repository holds besides the package: copied into the edition when present.
 #: Besides the package and lessons/: what pip needs, and the measured sweeps that lesson 11 reads.
 _EXTRA_FILES = ("README.md", "setup.cfg", "pyproject.toml", "data/README.md",
@@ -206,88 +182,6 @@ def function_source(text: str, qualname: str) -> str:
     return textwrap.dedent("".join(text.splitlines(keepends=True)[first - 1:last]))
 
 
-class NotebookFence(NamedTuple):
-    id: str
-    path: str
-    cell: int  # index of the cell, from 0
-    begin: int  # line of the BEGIN marker in the cell's source, from 1
-    end: int  # line of the END marker
-    markdown: bool
-    student: Optional[int] = None  # line of "### STUDENT EDITION" (code cells), if any
-
-
-def _cell_source(cell) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
-
-
-def notebook_fences(nb: dict, path: str = "<notebook>") -> List[NotebookFence]:
-    """Every fence of a notebook (its JSON as a dict); :class:`FenceError` if any is malformed."""
-    fences = []
-    for c, cell in enumerate(nb.get("cells", [])):
-        markdown = cell.get("cell_type") == "markdown"
-        begin_re, end_re = (_MD_BEGIN, _MD_END) if markdown else (_NB_BEGIN, _NB_END)
-        open_, student = None, None
-        where = f"{path} cell {c}"
-        for n, line in enumerate(_cell_source(cell).splitlines(), start=1):
-            b, e = begin_re.match(line), end_re.match(line)
-            if b:
-                if open_ is not None:
-                    raise FenceError(f"{where} line {n}: BEGIN SOLUTION inside the fence opened at line {open_[1]}")
-                open_, student = (b["id"], n), None
-            elif e:
-                if open_ is None:
-                    raise FenceError(f"{where} line {n}: END SOLUTION without a BEGIN SOLUTION")
-                fences.append(NotebookFence(open_[0], path, c, open_[1], n, markdown, student))
-                open_, student = None, None
-            elif not markdown and _NB_STUDENT.match(line) and open_ is not None and student is None:
-                student = n
-            elif _NB_LOOSE.match(line):
-                raise FenceError(f"{where} line {n}: malformed fence marker {line.strip()!r}")
-            elif student is not None and line.strip() and not line.startswith("#"):
-                raise FenceError(f"{where} line {n}: the STUDENT EDITION part of a fence is written as comments")
-        if open_ is not None:
-            raise FenceError(f"{where} line {open_[1]}: BEGIN SOLUTION {open_[0]} is never closed by END SOLUTION")
-    return fences
-
-
-def _notebook_placeholder(fence: NotebookFence) -> List[str]:
-    e = BY_ID.get(fence.id)
-    where = f"`{e.function}` in `{e.file}`" if e else "the library"
-    if fence.markdown:
-        return [f"*Turning this into NumPy is Exercise {fence.id} ({where}); "
-                f"check it with `{check_command(fence.id)}`.*"]
-    return [f"# Exercise {fence.id}: the code that stood here restates its solution; it is yours to write in "
-            f"{where.replace('`', '')}."]
-
-
-def cut_notebook(nb: dict, path: str = "<notebook>", keep=()) -> int:
-    """Cut the fences of ``nb`` (in place) except those of the exercises in ``keep``; returns how many were cut.
-
-    A kept fence loses its markers and its STUDENT EDITION part; a cut one becomes the
-    STUDENT EDITION code (uncommented) or a placeholder.
-    """
-    cut = 0
-    by_cell: Dict[int, List[NotebookFence]] = {}
-    for f in notebook_fences(nb, path):
-        by_cell.setdefault(f.cell, []).append(f)
-    for c, fences in by_cell.items():
-        cell = nb["cells"][c]
-        lines = _cell_source(cell).splitlines()
-        for f in sorted(fences, key=lambda f: f.begin, reverse=True):
-            if f.id in keep:
-                body = lines[f.begin:(f.student or f.end) - 1]
-            elif f.student is not None:
-                body = [ln[2:] if ln.startswith("# ") else ln[1:] for ln in lines[f.student:f.end - 1]]
-                cut += 1
-            else:
-                body = _notebook_placeholder(f)
-                cut += 1
-            lines[f.begin - 1:f.end] = body
-        cell["source"] = "\n".join(lines)
-    return cut
-
-
 SOLUTION_ONLY = ".. solution-only::"
 _SOLUTION_ONLY = re.compile(r"^(?P<indent>[ \t]*)\.\. solution-only::\s*$")
 
@@ -310,30 +204,6 @@ def strip_solution_only(text: str) -> str:
             continue
         out.append(line)
     return "".join(out)
-
-
-def hide_derivations(nb: dict, path: str = "<notebook>", keep=()) -> int:
-    """Replace (in place) each cell tagged ``solution`` by its ``student`` source, except those of the
-    exercises in ``keep``; returns how many were replaced. The tag and the metadata go in both cases."""
-    hidden = 0
-    for c, cell in enumerate(nb.get("cells", [])):
-        meta = cell.get("metadata", {})
-        if "solution" not in meta.get("tags", []):
-            continue
-        spec = meta.get("solution")
-        if not isinstance(spec, dict) or spec.get("exercise") not in BY_ID or not isinstance(spec.get("student"), str):
-            raise BuildError(f"{path} cell {c}: a cell tagged 'solution' needs metadata solution = "
-                             "{'exercise': <an exercise id>, 'student': <the source the student edition shows>}")
-        if spec["exercise"] not in keep:
-            cell["source"] = spec["student"]
-            if cell.get("cell_type") == "code":
-                cell["outputs"], cell["execution_count"] = [], None
-            hidden += 1
-        del meta["solution"]
-        meta["tags"] = [t for t in meta["tags"] if t != "solution"]
-        if not meta["tags"]:
-            del meta["tags"]
-    return hidden
 
 
 def _check_against_catalog(fences: List[Fence]) -> None:
@@ -384,20 +254,15 @@ def without_fast_forms(text: str) -> str:
     return text
 
 
-def _write_notebook(path: Path, nb: dict) -> None:
-    path.write_text(json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
 def build_edition(out_dir, pkg: Optional[Path] = None, solved=(), guided: bool = False) -> List[Fence]:
     """Copy the repository to ``out_dir`` with every fence cut out; returns the library fences.
 
-    Copies the package, ``lessons/``, ``docs/`` and the files in ``_EXTRA_FILES`` that exist, cuts
-    the fences of the library and of the notebooks (except those of ``solved``, a list
-    or a comma-separated string of exercise ids), stores the grader's reference values
-    (``exercises/reference.npz``, numbers computed by this library) and writes
-    ``EXERCISES.md``. The derivations that exercises grade (tagged lesson cells, ``..
-    solution-only::`` docstring blocks) are hidden too, unless ``guided`` (or their exercise
-    is in ``solved``). ``out_dir`` must not exist or be empty.
+    Copies the package, ``lessons/`` (whole), ``docs/`` and the files in ``_EXTRA_FILES`` that
+    exist, cuts the fences of the library (except those of ``solved``, a list or a
+    comma-separated string of exercise ids), stores the grader's reference values
+    (``course/reference.npz``, numbers computed by this library) and writes ``EXERCISES.md``.
+    The derivations of the graded siblings (``.. solution-only::`` docstring blocks) are
+    dropped too, unless ``guided``. ``out_dir`` must not exist or be empty.
 
     The edition is written into a private folder beside ``out_dir`` and renamed into place
     whole, so that two builds into one folder at once (``mpiexec -n 2``) cannot mix: the
@@ -420,12 +285,6 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=(), guided: bool =
             raise BuildError(f"OUT_DIR {str(out)!r} lies inside {inside}, which is copied; choose another place")
     try:
         fences = library_fences(pkg)
-        notebooks = {p: json.loads(p.read_text(encoding="utf-8")) for p in sorted((root / "lessons").glob("*.ipynb"))}
-        for p, nb in notebooks.items():
-            for f in notebook_fences(nb, p.name):
-                if f.id not in BY_ID:
-                    raise BuildError(f"{p.name} cell {f.cell}: fence {f.id} is not a known exercise")
-            hide_derivations(json.loads(json.dumps(nb)), p.name)  # a malformed tag stops the build here
     except FenceError as e:
         raise BuildError(f"malformed fence: {e}") from None
     _check_against_catalog(fences)
@@ -436,7 +295,7 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=(), guided: bool =
     except OSError as e:  # a parent that is a file, a folder that cannot be written, ...
         raise BuildError(f"OUT_DIR {str(out)!r} cannot be created: {e.strerror or e}") from None
     try:
-        _write_edition(work, pkg, fences, notebooks, keep, guided)
+        _write_edition(work, pkg, fences, keep, guided)
         os.chmod(work, 0o755)  # mkdtemp makes 0700
         try:
             os.rename(work, out)  # onto nothing, or onto an empty folder: in one step
@@ -451,7 +310,7 @@ def build_edition(out_dir, pkg: Optional[Path] = None, solved=(), guided: bool =
     return fences
 
 
-def _write_edition(out: Path, pkg: Path, fences: List[Fence], notebooks: dict, keep: set, guided: bool) -> None:
+def _write_edition(out: Path, pkg: Path, fences: List[Fence], keep: set, guided: bool) -> None:
     """Copy and cut the edition into the new folder ``out`` (what :func:`build_edition` describes)."""
     root = pkg.parent
     shutil.copytree(pkg, out / pkg.name, ignore=_IGNORE)
@@ -488,10 +347,6 @@ def _write_edition(out: Path, pkg: Path, fences: List[Fence], notebooks: dict, k
             text = path.read_text(encoding="utf-8")
             if SOLUTION_ONLY in text:
                 path.write_text(strip_solution_only(text), encoding="utf-8")
-    for p, nb in notebooks.items():
-        hide_derivations(nb, p.name, set(BY_ID) if guided else keep)
-        cut_notebook(nb, p.name, keep)
-        _write_notebook(out / "lessons" / p.name, nb)
     from .reference import write_reference_file  # the teacher's library computes what students are compared with
 
     write_reference_file(out / "course" / "reference.npz", [e.id for e in EXERCISES])
@@ -520,8 +375,8 @@ def _code(text: str, qualname: str) -> Optional[str]:
 
 
 def solution_file(path: Path) -> Path:
-    """Where :func:`release` writes the solutions of functions the student changed: ``attention.py`` ->
-    ``attention.solution.py`` (not importable: the student's own module stays the one that runs)."""
+    """Where :func:`release` writes the solutions of functions the student changed: ``rmsnorm.py`` ->
+    ``rmsnorm.solution.py`` (not importable: the student's own module stays the one that runs)."""
     return path.with_name(f"{path.stem}.solution{path.suffix}")
 
 
@@ -532,7 +387,7 @@ def release(ids, student_dir, pkg: Optional[Path] = None) -> List[str]:
     Where the student's function is still the edition's (its ``NotImplementedError`` in place,
     nothing else changed but comments), that line becomes the fenced code. Where the student
     changed the function, it stays as they wrote it and the solution goes beside it, into
-    :func:`solution_file`. Lesson cells likewise (:func:`_release_notebooks`). Returns what was
+    :func:`solution_file`. (The lessons are whole in every edition: nothing of theirs to release.) Returns what was
     done, one line each; :class:`BuildError` (nothing written) if an id, the folder or a file
     is missing.
     """
@@ -552,6 +407,7 @@ def release(ids, student_dir, pkg: Optional[Path] = None) -> List[str]:
         raise BuildError(f"no fence for exercise(s) {', '.join(missing)} in {pkg}; release from the full repository")
     texts: Dict[str, str] = {}
     beside: Dict[str, List[str]] = {}
+    released: List[Fence] = []  # put in already: the edition's function without their raise lines
     done = []
     for fence in fences:
         source = (pkg.parent / fence.path).read_text(encoding="utf-8")
@@ -565,11 +421,13 @@ def release(ids, student_dir, pkg: Optional[Path] = None) -> List[str]:
         lines = text.splitlines(keepends=True)
         newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
         mine = _code(text, qualname)
-        edition = _code(replace_fences(source, parse_fences(source, fence.path)), qualname)
+        edition = _code(replace_fences(source, [f for f in parse_fences(source, fence.path) if f not in released]),
+                        qualname)
         raises = _placeholder_lines(text, fence.id, qualname) if mine is not None else []
         if raises and mine == edition:
             body = source.splitlines(keepends=True)[fence.begin:fence.end - 1]
             lines[raises[0] - 1:raises[0]] = [line.rstrip("\r\n") + newline for line in body]
+            released.append(fence)
             done.append(f"{fence.id}: {fence.path} {qualname}, the raise line replaced by the solution")
         elif mine is not None and mine == _code(source, qualname):
             done.append(f"{fence.id}: {fence.path} {qualname} is the solution already")
@@ -596,76 +454,22 @@ def release(ids, student_dir, pkg: Optional[Path] = None) -> List[str]:
         old = path.read_text(encoding="utf-8") if path.is_file() else ""
         new = [part for part in parts if part.splitlines()[0] not in old.splitlines()]
         path.write_text("\n\n".join(part.rstrip("\n") for part in [old, *new] if part) + "\n", encoding="utf-8")
-    return done + _release_notebooks(keep, pkg.parent / "lessons", student / "lessons")
-
-
-def _source(cell: dict) -> str:
-    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-
-
-def _release_notebooks(keep, lessons: Path, student_lessons: Path) -> List[str]:
-    """Put the lesson cells that hold the solutions of ``keep`` (fenced, or derivations hidden from the
-    edition) back into the student's notebooks, found by cell id, so that the lessons run on. A cell still
-    as the edition had it is replaced; one the student wrote in stays as it is, the solution in a new
-    cell after it. Every other cell, and any cell the student added, stays as it is."""
-    done = []
-    for src in sorted(lessons.glob("*.ipynb")):
-        target = student_lessons / src.name
-        if not target.is_file():
-            continue
-        teacher = json.loads(src.read_text(encoding="utf-8"))
-        released, held = copy.deepcopy(teacher), copy.deepcopy(teacher)
-        for nb, kept in ((released, keep), (held, ())):
-            hide_derivations(nb, src.name, kept)
-            cut_notebook(nb, src.name, kept)
-        cells = {r["id"]: (r, h) for r, h in zip(released["cells"], held["cells"]) if _source(r) != _source(h)}
-        if not cells:
-            continue
-        nb = json.loads(target.read_text(encoding="utf-8"))
-        ids = {cell.get("id") for cell in nb["cells"]}
-        replaced, kept = 0, []
-        for c, cell in reversed(list(enumerate(nb["cells"]))):
-            if cell.get("id") not in cells:
-                continue
-            solution, edition = cells[cell["id"]]
-            if _source(cell).strip() == _source(solution).strip():
-                continue
-            if _source(cell).strip() == _source(edition).strip():
-                cell["source"] = solution["source"]
-                if cell.get("cell_type") == "code":
-                    cell["outputs"], cell["execution_count"] = [], None
-                replaced += 1
-                continue
-            kept.append(c)  # the student wrote in it
-            if f"{cell['id']}-solution" not in ids:
-                new = copy.deepcopy(solution)
-                new["id"] = f"{cell['id']}-solution"
-                if new.get("cell_type") == "code":
-                    new["outputs"], new["execution_count"] = [], None
-                nb["cells"].insert(c + 1, new)
-        if replaced or kept:
-            _write_notebook(target, nb)
-            told = [f"{replaced} cell(s) of the released solutions put back"] if replaced else []
-            if kept:
-                told.append(f"cell(s) {', '.join(map(str, sorted(kept)))} are yours: kept as you wrote them, the "
-                            "solution in a new cell after each")
-            done.append(f"lessons/{src.name}: " + "; ".join(told))
     return done
 
 
 def exercises_markdown(solved: Sequence[str] = (), guided: bool = False) -> str:
     """EXERCISES.md of a student edition: the exercises and how a class works with them."""
-    derive = ("This is the guided edition: the lessons show every derivation, and the docstrings say how "
-              "each gradient was derived; the few cells that restated a solution in code now say which "
-              "exercise it is." if guided else
-              "The derivations are yours: where a lesson derived a result that an exercise grades, this "
-              "edition asks the questions that lead through it instead (what is the derivative of this step? "
-              "which property must the result have?), and the check cells after them test your answer. The "
-              "cells that restated a solution in code now say which exercise it is.")
+    derive = ("This is the guided edition: the docstrings of the graded backward passes also say how each "
+              "gradient is derived." if guided else
+              "The lessons are whole: each derives its components, with every step shown. An exercise asks "
+              "for a sibling that no lesson derives (GELU beside ReLU, RMSNorm beside LayerNorm, rotary beside "
+              "sinusoidal positions ...): the derivation is yours, by the lesson's method.")
     rows = "\n".join(
         f"| {e.id}{' (released)' if e.id in solved else ''} | {e.lesson} | `{e.file}` | `{e.function}` | {e.title} | {e.difficulty} | {e.minutes} min | "
         f"{e.points} | {', '.join(e.needs) or '-'} | `{check_command(e.id)}` |"
         for e in EXERCISES)
+    projects = "\n".join(f"* **{e.id}, the project** ({e.points} points, about {e.minutes // 60} hours): {e.title}. "
+                         f"Graded by your teacher with the rubric in `{e.file}`, not by the grader." for e in PROJECTS)
     total_points = sum(e.points for e in EXERCISES)
     total_minutes = sum(e.minutes for e in EXERCISES)
     released = (f"\nThe solutions of {', '.join(solved)} are released in this edition: their code is in place "
@@ -699,23 +503,22 @@ file is reloaded when you re-run a cell; if in doubt, restart the kernel.
 
 The checker runs your functions in a separate process, on its own test cases, and compares
 what they return with reference values: gradients with float64 finite differences (a whole
-layer's, 7.1 and 7.2, with the library's backward, checked that way in its tests), forward
-values and optimiser states with the library's. It prints one line per exercise:
+block's, 7.1, with the library's backward, checked that way in its tests), forward values,
+optimiser states, counts and messages with the library's. It prints one line per exercise:
 
-    4.2 attention_backward ... passed (largest relative error 3.1e-11, tolerance 1e-7)
-    4.2 attention_backward ... not yet implemented (the raise at numpytransformer/core/attention.py:NN)
-    5.2 multihead_attention_backward ... not yet implemented (needs Exercise 4.2 first)
-    4.2 attention_backward ... FAILED: dk: relative error 2.3e-01 (tolerance 1e-5) [causal mask, ...]; ...
+    6.1 rmsnorm_backward ... passed (largest relative error 3.1e-11, tolerance 1e-7)
+    6.1 rmsnorm_backward ... not yet implemented (the raise at numpytransformer/core/rmsnorm.py:NN)
+    3.2 rotary_backward ... not yet implemented (needs Exercise 3.1 first)
+    6.1 rmsnorm_backward ... FAILED: dx: relative error 2.3e-01 (tolerance 1e-7) [x (2, 3, 5), eps 1e-05]; ...
 
 A FAILED line names the tensor that is wrong, by how much, and the case (shapes, mask).
 Hints come in steps. The first failed check of an exercise says only that; the next one
-adds the property the lesson derives that your result breaks (rows of the cross-entropy
-gradient sum to zero; LayerNorm's dx is orthogonal to 1 and to x_hat; pad rows get no
-gradient ...) or a simple relation to the right answer (transposed, sign flipped, off by a
+adds the property your result breaks (RMSNorm's dx is orthogonal to x when eps = 0; pad
+rows get no gradient; a rotation keeps every pair's length ...) or a simple relation to the right answer (transposed, sign flipped, off by a
 constant factor). The failed attempts are counted in `.grader_attempts.json` in this folder;
 the last step, close to the formula, comes from your teacher's grader only. Every failing
 tensor is listed, one per line. Tolerances: 1e-7 for smooth operations, 1e-5 near kinks
-(ReLU, masks), for whole layers and for the optimiser's steps. "needs Exercise X first"
+(masks), for whole blocks and for the optimiser's steps. "needs Exercise X first"
 means that the check also runs the code of exercise X (the "needs" column), which still
 raises NotImplementedError; your teacher's grader runs its own code for X instead, so each
 exercise is graded on its own. Each exercise has a time limit of a minute. The exit code
@@ -726,11 +529,11 @@ is 0 only when every selected exercise passed.
 * The teacher builds this folder from the full repository with
   `python -m course build OUT_DIR` and hands it out
   (`--solved 4.1,4.2` keeps chosen solutions, for a student stuck on them; `--guided` builds
-  a gentler edition whose lessons and docstrings keep the derivations).
-* Students work through the lessons in order (`jupyter lab lessons/`). The notebooks
-  call the library, so a lesson's cells that use an exercise's function fail with its
-  NotImplementedError until the exercise is done; implement it, re-run the check, then
-  re-run the notebook.
+  a gentler edition whose docstrings keep the derivations of the graded backward passes).
+* Students work through the lessons in order (`jupyter lab lessons/`); lessons 1-13 run
+  as they are, and each ends with its exercises: the sibling to write, its file, its check.
+  Lesson 14 fine-tunes a pretrained model whose FFN is the exact GELU, so it runs the
+  backward of exercise 1.1: solve 1.1 first (or have it released) before running lesson 14.
 * To grade, the teacher runs the grader of the full repository (from that repository,
   not from the student's folder) on the student's folder:
 
@@ -741,8 +544,8 @@ is 0 only when every selected exercise passed.
   reference values from the teacher's library. Each exercise runs with the teacher's code
   for what it needs, so a bug costs only its own exercise. `--json` writes a Gradescope-style
   `results.json` with one test per case, each with its share of the exercise's points
-  ({total_points} in all): each gradient in each shape or mask case; in lessons 9-12 each
-  decoded sentence, each statistic, each distribution.
+  ({total_points} in all): each gradient in each shape or mask case, each value, count or
+  message list in each case.
 * On Gradescope: `python -m course gradescope autograder.zip` builds the
   autograder (see `lessons/GRADESCOPE.md`, which says what students upload).
 * After a deadline: `python -m course release 4.1,4.2 --into STUDENT_DIR`
@@ -757,4 +560,8 @@ About {total_minutes // 60} hours {total_minutes % 60} minutes of work in all, a
 | id | lesson | file | function | what to write | difficulty | time | points | needs | check |
 |----|--------|------|----------|---------------|------------|------|--------|-------|-------|
 {rows}
+
+## The project
+
+{projects}
 """

@@ -42,7 +42,7 @@ PACKAGE = "numpytransformer"
 
 #: What a student uploads, for the command's help and lessons/GRADESCOPE.md.
 UPLOAD = ("Upload your whole folder (the one holding numpytransformer/), from GitHub or as a zip, or only "
-          "the .py files you edited (linear.py, attention.py, ...). Files are matched by name; any other file "
+          "the .py files you edited (rmsnorm.py, gelu.py, ...). Files are matched by name; any other file "
           "is ignored.")
 
 SETUP_SH = """#!/usr/bin/env bash

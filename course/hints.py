@@ -16,71 +16,60 @@ __all__ = ["FORMULAS", "formula", "STUDENT_EDITION"]
 
 #: exercise id -> what a hint is about (a tensor's name, or a property) -> the hint
 FORMULAS: Dict[str, Dict[str, str]] = {
-    "1.1": {"dx": "dx = dout W^T, reshaped like x", "dW": "dW = x^T dout with every leading axis flattened into rows",
-            "db": "db = dout summed over every leading axis (all rows), not just the first"},
-    "1.2": {"dx": "dx = dout where x > 0 and 0 elsewhere (also at x == 0)"},
-    "2.1": {"dlogits": "dlogits = dloss * (p - q) / N, q = (1 - eps) onehot(y) + eps / V, N the non-pad targets",
-            "row sums": "p and q are both distributions, so each row of p - q sums to 0; is q's eps/V term or its "
-                        "1 - eps missing?"},
-    "3.1": {"dW": "dW[v] = scale * sum of dout over the positions whose id is v (np.add.at: repeats accumulate)",
-            "repeats": "repeated ids must accumulate (np.add.at), not overwrite"},
-    "3.2": {"pe": "PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d))",
-            "pe (float32)": "compute the table in float64, then cast it"},
-    "4.1": {"weights": "scale = 1/sqrt(d_k), d_k the last axis of q; weights = softmax(q k^T * scale) over the "
-                       "allowed keys",
-            "masked row": "mask with the finite MASK_VALUE, then zero the rows whose every key is masked",
-            "large": "subtract each row's max before exp (the softmax helper does)",
-            "dtypes": "a NumPy float64 scalar such as np.sqrt(d_k) turns float32 arrays into float64, use "
-                      "q.dtype.type(...) or a Python float"},
-    "4.2": {"dv": "dv = P^T dout: each key position collects the weights it got, times dout",
-            "dq": "dQ = c dS K with dS = P * (dP - rowsum(dP * P)) and dP = dO V^T", "dk": "dK = c dS^T Q", "row sums": "is the -rowsum(dP * P) term missing?"},
-    "5.1": {"split_heads(x, n_heads)": "reshape to (B, T, H, D/H), then swap the T and H axes",
-            "merge_heads(heads)": "swap the H and T axes back, then reshape to (B, T, D)"},
-    "5.2": {"db_k": "the key bias's gradient is 0: it shifts a whole row of scores, which softmax ignores",
-            "dx_q": "in self-attention x feeds the q, k and v projections: the three gradients add"},
+    "1.1": {"dx": "by the product rule dx = dout * (Phi(x) + x * phi(x)), phi(x) = exp(-x^2/2) / sqrt(2 pi) "
+                  "the density whose integral is Phi"},
+    "1.2": {"dx": "by the product rule dx = dout * (g + x * g'), g' = (1 - tanh(u)^2) / 2 * C * (1 + 3 K x^2); "
+                  "tanh(u) is 2 g - 1"},
+    "2.1": {"out": "log Z = m + log(sum exp(z - m)) with m the row's max; add z_loss * sum of (log Z)^2 over the "
+                   "counted rows / N",
+            "dlogits": "d (z_loss (log Z)^2) / dz = 2 z_loss log Z softmax(z), times dloss / N, in counted rows only",
+            "pad rows": "weigh each row's z-loss gradient by valid / N, as the cross-entropy part is"},
+    "3.1": {"out": "out_even = x_even cos - x_odd sin, out_odd = x_even sin + x_odd cos, then interleave the "
+                   "pairs back in place"},
+    "3.2": {"dx": "the transpose of a rotation turns the other way: dx_even = d_even cos + d_odd sin, "
+                  "dx_odd = -d_even sin + d_odd cos"},
+    "4.1": {"weights": "scores = q k^T / sqrt(d_k) - m_h (offset + i - j), then the masked softmax of lesson 4",
+            "out": "out = weights v with the biased, masked softmax weights"},
+    "4.2": {"slopes": "h = 1 .. H (not from 0); m_h = 2 ** (-8 h / H)"},
+    "5.1": {"out": "np.repeat along the head axis (each head G times in a row), not np.tile"},
+    "5.2": {"dx": "q, k and v all read x: the three input gradients add",
+            "dW_k": "first sum dk over the G query heads of each group (reshape (B, H_kv, G, T, d), sum axis 2), "
+                    "then back through rotary and the projection",
+            "dW_v": "sum dv over the G query heads of each group before the projection's backward"},
     "6.1": {"dgamma": "dgamma = dout * x_hat summed over every leading axis",
-            "dbeta": "dbeta = dout summed over every leading axis",
-            "dx": "dx = (dx_hat - mean(dx_hat) - x_hat * mean(dx_hat * x_hat)) / sqrt(var + eps), "
-                  "dx_hat = dout * gamma",
-            "mean": "is the -mean(dx_hat) term, the path through the mean, missing?",
-            "variance": "is the -x_hat * mean(dx_hat * x_hat) term, the path through the variance, missing?"},
-    "6.2": {"dx": "back through W2, then the ReLU's mask, then W1", "db1": "db1 is taken after the ReLU's mask"},
-    "7.1": {"dx": "back through ffn_sublayer with the FFN's backward, then self_attn_sublayer with "
-                  "self-attention's; each Residual adds its input's gradient to the sublayer's"},
-    "7.2": {"dx": "post-LN: back through the LayerNorm first, then the residual and the sublayer's gradients add; "
-                  "pre-LN: dout reaches x unchanged, plus the LayerNorm's backward of the sublayer's gradient",
-            "dmemory": "the memory reaches the layer only through cross-attention's keys and values, so its gradient "
-                       "is what the cross-attention sublayer's backward hands back beside dx"},
-    "8.1": {"lr(step)": "lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step 0 counted as 1"},
-    "8.2": {"update": "m_hat = m / (1 - b1^t), v_hat = v / (1 - b2^t), p -= lr * m_hat / (sqrt(v_hat) + eps)",
-            "m": "self.m holds the first moment b1 * m + (1 - b1) * g, not bias-corrected",
-            "v": "self.v holds the second moment b2 * v + (1 - b2) * g^2, not bias-corrected"},
-    "8.3": {"norm": "return the global norm before clipping, the square root of the sum of every squared entry",
-            "grads": "every gradient is scaled by the same max_norm / norm, and only if norm > max_norm"},
-    "10.1": {"correct": "each n-gram matches at most as often as it occurs in the one reference where it is most "
-                        "frequent"},
-    "9.1": {"tokens": "with use_cache feed only the last token, at position t, and the cache keeps the prefix; "
-                      "without it feed the whole prefix; take the argmax of the last position's logits; a sentence "
-                      "that produced EOS goes on with EOS and stops counting; stop when every sentence is done"},
-    "9.2": {"tokens": "a finished beam extends only with EOS at no cost; the K best of the K*V candidates give each "
-                      "new beam its parent (index // V) and token (index % V); lengths count tokens before EOS; every "
-                      "layer's cache, 'k' and 'v', is reordered by the parents"},
-    "11.1": {"values": "one value per seed, train(seed) for each seed in the order given",
-             "std": "std = sqrt(sum((v - mean)^2) / (n - 1)), NumPy's std with ddof=1",
-             "sem": "the standard error of the mean is std / sqrt(n)",
-             "interval": "mean -/+ t_quantile(n - 1) * sem: Student's t, not the normal's 1.96, for few seeds"},
-    "12.2": {"next_token_probs": "p_i proportional to exp(z_i / tau) (temperature 0: all mass on the argmax), then "
-                                 "the top-k cut, then the top-p cut, each renormalised; ties go to the lower id",
-             "top_k_filter(probs, 2)": "keep the k largest probabilities (ties to the lower id), zero the rest, "
-                                       "renormalise",
-             "top_p_filter(probs, 0.6)": "rank by probability; keep a token while the mass ranked above it is below "
-                                         "p (the most likely one is always kept), then renormalise",
-             "draws": "u = rng.random() once per draw; return the first id whose cumulative probability exceeds u"},
-    "12.3": {"dlogits": "the softmax cross-entropy gradient of lesson 2 at every position, (p - onehot(next id)) "
-                        "/ (B T), times dloss",
-             "row sums": "p and the one-hot of the next id are both distributions: is the -1 at the target missing?"},
-    "12.1": {"dx": "the addition hands dout through: dx = dout",
-             "dP": "dP[offset + t] = dout[:, t] summed over the batch; rows the forward did not read are 0"},
+            "dx": "dx = r (g - x_hat mean(g x_hat)) with g = dout * gamma and r = 1 / rms",
+            "scale": "is the -x_hat mean(g x_hat) term, the path through the root mean square, missing?"},
+    "6.2": {"dx": "x feeds both W1 and V: dx = dh W1^T + dg V^T",
+            "dW1": "dh = da * silu'(h), silu'(h) = s + h s (1 - s) with s = sigmoid(h); dW1 = x^T dh",
+            "dV": "dg = dm * a (the other factor of the product); dV = x^T dg",
+            "dW2": "dW2 = m^T dout with m = silu(h) * g"},
+    "7.1": {"dx": "dh = attn.backward(drop_a.backward(dout)) + ffn.backward(drop_f.backward(dout)); "
+                  "dx = dout + norm.backward(dh)"},
+    "7.2": {"out": "h = norm(x) once; out = x + drop(attn(h)) + drop(ffn(h))"},
+    "8.1": {"lr(step, total)": "peak * step / warmup up to warmup; then floor + (peak - floor) (1 + cos(pi p)) / 2 "
+                               "with p = (step - warmup) / (total - warmup), clipped at 1"},
+    "8.2": {"update": "c = b1 m + (1 - b1) g; p -= lr * sign(c), in place",
+            "m": "the momentum is updated after the step, with b2: m = b2 m + (1 - b2) g"},
+    "8.3": {"shadow": "shadow[k] = decay * shadow[k] + (1 - decay) * params[k]: the old average weighs decay, "
+                      "the new weights 1 - decay"},
+    "9.2": {"banned": "at step t the outputs hold t tokens: ban EOS (its column, every row) while t < min_len"},
+    "9.1": {"banned": "for every i with hyp[i:i+n-1] == the last n - 1 tokens, ban hyp[i+n-1]; skip BOS"},
+    "10.1": {"stats": "Counter of the n-grams of each side (spaces removed); matched = sum of Counter & Counter"},
+    "10.2": {"chrF": "average P = m/h and R = m/r over the orders where h > 0 and r > 0, then "
+                     "(1 + beta^2) P R / (beta^2 P + R) * 100"},
+    "11.1": {"delta": "delta is the metric of the summed statistics of A minus B's, on the whole test set",
+             "win_rate": "the share of resamples whose difference is > 0",
+             "low": "np.quantile of the differences at (1 - level) / 2 and (1 + level) / 2",
+             "high": "np.quantile of the differences at (1 - level) / 2 and (1 + level) / 2"},
+    "12.1": {"out": "keep probs >= p * probs.max() (ties at the threshold kept), zero the rest, renormalise"},
+    "12.2": {"out": "positions = np.arange(held, held + T), rotate q and k by them before the cache",
+             "offset": "after the cache the new tokens sit at held .. held + T - 1, not at 0 .. T - 1"},
+    "13.1": {"chunks": "at step s rank r sends chunk (r - s) mod N; rank r adds what r - 1 sent into its chunk "
+                       "(r - s - 1) mod N; every send of a step happens before any add",
+             "messages": "one Message(step, sender, receiver, chunk) per send, N per step, in any order"},
+    "13.2": {"chunks": "at step s rank r sends chunk (r + 1 - s) mod N and replaces its chunk (r - s) mod N with "
+                       "what r - 1 sent",
+             "messages": "one Message(step, sender, receiver, chunk) per send, N per step, in any order"},
 }
 
 

@@ -88,257 +88,135 @@ def probe_pair(lib, module: str, names, exercise_id: str) -> dict:
     return out
 
 
-def probe_table(lib, module, names, exercise_id) -> dict:
-    sinusoidal_encoding = getattr(lib(module), names[0])
+def _extract(result, path):
+    """The part of ``result`` at ``path`` (see ``trusted.Call``)."""
+    for step in path:
+        if step == "isneginf":
+            result = np.isneginf(np.asarray(result, dtype=np.float64))
+        elif step == "sorted":  # a list whose order the contract leaves open: the messages of one step
+            result = sorted(tuple(int(v) for v in item) for item in result)
+        elif isinstance(step, int):
+            result = result[step]
+        else:
+            result = getattr(result, step)
+    return result
+
+
+def put_tree(out: dict, key: str, value) -> None:
+    """``put``, and for a list or tuple of arrays (or of lists) its length and each item as ``key[j]``."""
+    if isinstance(value, (list, tuple)) and value and not all(np.isscalar(v) for v in value):
+        out[key + "#len"] = np.array(len(value))
+        for j, item in enumerate(value):
+            put_tree(out, f"{key}[{j}]", item)
+        return
+    put(out, key, value)
+
+
+def probe_calls(lib, module, names, exercise_id) -> dict:
+    function = getattr(lib(module), names[0])
     out = {}
-    for i, (max_len, d_model) in enumerate(trusted.TABLE_SIZES):
-        put(out, f"c{i}.pe", sinusoidal_encoding(max_len, d_model))
-        out[f"c{i}.dtype"] = np.array(str(np.asarray(out.get(f"c{i}.pe", 0)).dtype))
-    pe32 = sinusoidal_encoding(12, 8, np.float32)
-    put(out, "f32.pe", pe32)
-    out["f32.dtype"] = np.array(str(getattr(pe32, "dtype", type(pe32).__name__)))
+    for i, call in enumerate(trusted.call_cases(exercise_id)):
+        args = {k: ([[c.copy() for c in row] for row in v] if k == "chunks_per_rank" else
+                    v.copy() if isinstance(v, np.ndarray) else v) for k, v in call.args.items()}
+        result = function(**args)
+        for label, path in call.outputs.items():
+            try:
+                value = _extract(result, path)
+            except Exception as e:  # a result of another shape than the contract's
+                out[f"c{i}.{label}#type"] = np.array(f"not readable ({type(e).__name__})")
+                continue
+            put_tree(out, f"c{i}.{label}", value)
     return out
 
 
-def probe_attention(lib, module, names, exercise_id) -> dict:
-    attention_forward = getattr(lib(module), names[0])
+def build_block(lib, spec: dict):
+    """The library's ``ParallelBlock`` as ``spec`` (one of trusted.BLOCKS) says, with the check's parameters,
+    in training mode (dropout on where the spec has it)."""
+    init_rng, drop_rng = lib("nn.models").make_rngs(spec["seed"])
+    block = getattr(lib("nn.blocks"), "ParallelBlock")(spec["d_model"], spec["n_heads"], spec["d_ff"],
+                                                       spec["dropout"], init_rng, drop_rng).train()
+    params = block.parameters()
+    for name, value in trusted.layer_params([(n, p.shape) for n, p in params.items()], spec["param_seed"]).items():
+        params[name][...] = value
+    return block
+
+
+def probe_block(lib, module, names, exercise_id) -> dict:
     out = {}
-    for i, (_, q, k, v, mask) in enumerate(trusted.attention_forward_cases()):
-        y, cache = attention_forward(q.copy(), k.copy(), v.copy(), mask)
+    for i, spec in enumerate(trusted.BLOCKS):
+        block = build_block(lib, spec)
+        x, mask = trusted.block_inputs(spec)
+        y = block.forward(x.copy(), mask)
         put(out, f"c{i}.out", y)
-        put(out, f"c{i}.weights", getattr(cache, "weights", None))
-        put(out, f"c{i}.scale", getattr(cache, "scale", None))
-    q, k, v = (a[:1].astype(np.float32) for a in trusted.attention_qkv()[0][1:4])
-    y, cache = attention_forward(q, k, v, None)
-    out["f32.dtypes"] = np.array(f"{np.asarray(y).dtype} {np.asarray(getattr(cache, 'weights', y)).dtype}")
+        if exercise_id == "7.2":
+            continue
+        block.zero_grad()
+        put(out, f"c{i}.dx", block.backward(trusted.rng(spec["dout_seed"]).standard_normal(np.shape(y))))
+        for name, g in block.gradients().items():
+            put(out, f"c{i}.d{name}", g)
     return out
 
 
-def probe_heads(lib, module, names, exercise_id) -> dict:
-    split_heads, merge_heads = (getattr(lib(module), n) for n in names)
+def probe_cosine(lib, module, names, exercise_id) -> dict:
+    CosineSchedule = getattr(lib(module), names[0])
     out = {}
-    for i, (B, T, D, H) in enumerate(trusted.HEAD_SHAPES):
-        r = trusted.rng(i)
-        x, heads = r.standard_normal((B, T, D)), r.standard_normal((B, H, T, D // H))
-        put(out, f"c{i}.split", split_heads(x.copy(), H))
-        put(out, f"c{i}.merge", merge_heads(heads.copy()))
-        put(out, f"c{i}.roundtrip", merge_heads(split_heads(x.copy(), H)))
+    for i, (peak, warmup, min_ratio, total, steps) in enumerate(trusted.cosine_cases()):
+        schedule = CosineSchedule(peak, warmup, min_ratio)
+        put(out, f"c{i}.lr", [float(schedule(s, total)) for s in steps])
     return out
 
 
-def probe_noam(lib, module, names, exercise_id) -> dict:
-    NoamSchedule = getattr(lib(module), names[0])
+def probe_lion(lib, module, names, exercise_id) -> dict:
+    Lion = getattr(lib(module), names[0])
     out = {}
-    for i, (d, w, f, steps) in enumerate(trusted.NOAM_CASES):
-        schedule = NoamSchedule(d, w, f)
-        put(out, f"c{i}.lr", [float(schedule(s)) for s in steps])
-    return out
-
-
-def probe_adam(lib, module, names, exercise_id) -> dict:
-    Adam = getattr(lib(module), names[0])
-    out = {}
-    for i, (_, dtype, lr, betas, eps, params, grads_per_step, _) in enumerate(trusted.adam_cases()):
+    for i, (_, dtype, lr, betas, wd, params, grads_per_step, _) in enumerate(trusted.lion_cases()):
         live = {k: p.copy() for k, p in params.items()}
         rate = (lambda t: 0.05 / t) if lr == "0.05/t" else lr
-        opt = Adam(dict(live), lr=rate, betas=betas, eps=eps)
+        opt = Lion(dict(live), lr=rate, betas=betas, weight_decay=wd)
         for t, grads in enumerate(grads_per_step, start=1):
             opt.step({k: g.copy() for k, g in grads.items()})
             for k, p in live.items():
                 out[f"c{i}.t{t}.{k}.same"] = np.array(opt.params[k] is p)
                 put(out, f"c{i}.t{t}.{k}.p", p)
                 put(out, f"c{i}.t{t}.{k}.m", opt.m[k])
-                put(out, f"c{i}.t{t}.{k}.v", opt.v[k])
     return out
 
 
-def probe_clip(lib, module, names, exercise_id) -> dict:
-    clip_grad_norm = getattr(lib(module), names[0])
-    grads, max_norms = trusted.clip_case()
+def probe_ema(lib, module, names, exercise_id) -> dict:
+    EMA = getattr(lib(module), names[0])
     out = {}
-    for i, max_norm in enumerate(max_norms):
-        live = {k: g.copy() for k, g in grads.items()}
-        held = dict(live)
-        put(out, f"c{i}.norm", clip_grad_norm(live, max_norm))
-        for k, g in held.items():
-            out[f"c{i}.{k}.same"] = np.array(live[k] is g)
-            put(out, f"c{i}.{k}", g)
+    for i, (decay, dtype) in enumerate(trusted.EMA_CASES):
+        start, updates = trusted.ema_case(70 + i, dtype)
+        ema = EMA({k: p.copy() for k, p in start.items()}, decay)
+        for t, params in enumerate(updates, start=1):
+            ema.update({k: p.copy() for k, p in params.items()})
+            for k in start:
+                put(out, f"c{i}.t{t}.{k}", ema.shadow.get(k) if isinstance(ema.shadow, dict) else None)
     return out
 
 
-def probe_bleu(lib, module, names, exercise_id) -> dict:
-    segment_stats, corpus_bleu, bleu_tokens = (getattr(lib(module), n) for n in names)
-    out = {}
-    for i, (hyp, refs, _, _) in enumerate(trusted.SEGMENTS):
-        stats = segment_stats(hyp.split(), [r.split() for r in refs], True)
-        put(out, f"s{i}.correct", list(stats[2]))
-        put(out, f"s{i}.total", list(stats[3]))
-    for i, (hyp, refs) in enumerate(trusted.random_segments()):
-        stats = segment_stats(hyp.split(), [r.split() for r in refs], True)
-        put(out, f"r{i}.correct", list(stats[2]))
-        put(out, f"r{i}.total", list(stats[3]))
-    for i, (hyps, refs) in enumerate(trusted.CORPORA):
-        result = corpus_bleu(hyps, refs)
-        put(out, f"k{i}.score", result.score)
-        put(out, f"k{i}.precisions", list(result.precisions))
-        put(out, f"k{i}.tokens_score", bleu_tokens([h.split() for h in hyps], [r.split() for r in refs]).score)
+def probe_gqa_cache(lib, module, names, exercise_id) -> dict:
+    """A rotary GroupedQueryAttention fed its input chunk by chunk through a KV cache; every chunk's output."""
+    GroupedQueryAttention = getattr(lib(module), names[0])
+    spec, out = trusted.GQA_CACHE, {}
+    D, H = spec["d_model"], spec["n_heads"]
+    for i, (H_kv, chunks) in enumerate(trusted.GQA_CACHE_RUNS):
+        attn = GroupedQueryAttention(D, H, H_kv, np.random.default_rng(0), positions="rotary").eval()
+        params = attn.parameters()
+        for name, value in trusted.layer_params([(n, p.shape) for n, p in params.items()], spec["seed"] + i).items():
+            params[name][...] = value
+        x = trusted.rng(spec["x_seed"] + i).standard_normal((2, sum(chunks), D))
+        cache, held = {}, 0
+        for j, T in enumerate(chunks):
+            # the new queries held .. held+T-1 see every key up to their own position
+            mask = (np.arange(held + T)[None, :] <= (held + np.arange(T))[:, None])[None, None]  # (1, 1, T, held+T)
+            put(out, f"c{i}.chunk{j}", attn.forward(x[:, held:held + T].copy(), mask=mask, kv_cache=cache))
+            held += T
     return out
 
 
-def build_layer(lib, cls: str, spec: dict, norm_first: bool):
-    """The library's ``layers.<cls>`` (EncoderLayer or DecoderLayer) as ``spec`` (trusted.ENCODER_LAYER or
-    trusted.DECODER_LAYER) says, with the check's parameters, in training mode (dropout on)."""
-    init_rng, drop_rng = lib("nn.models").make_rngs(spec["seed"])
-    layer = getattr(lib("nn.blocks"), cls)(spec["d_model"], spec["n_heads"], spec["d_ff"], spec["dropout"], init_rng,
-                                        drop_rng, norm_first=norm_first).train()
-    params = layer.parameters()
-    for name, value in trusted.layer_params([(n, p.shape) for n, p in params.items()], spec["param_seed"]).items():
-        params[name][...] = value
-    return layer
-
-
-def probe_encoder_layer(lib, module, names, exercise_id) -> dict:
-    out = {}
-    x, mask = trusted.encoder_layer_inputs()
-    for i, norm_first in enumerate((False, True)):
-        layer = build_layer(lib, "EncoderLayer", trusted.ENCODER_LAYER, norm_first)
-        y = layer.forward(x.copy(), mask)
-        put(out, f"c{i}.out", y)
-        layer.zero_grad()
-        dx = layer.backward(trusted.rng(trusted.ENCODER_LAYER["dout_seed"]).standard_normal(np.shape(y)))
-        put(out, f"c{i}.dx", dx)
-        for name, g in layer.gradients().items():
-            put(out, f"c{i}.d{name}", g)
-    return out
-
-
-# ---- the back half: 7.2, 9.1, 9.2, 11.1, 12.2 (12.3 is a "pair") ---------------------------
-def probe_decoder_layer(lib, module, names, exercise_id) -> dict:
-    out = {}
-    x, memory, self_mask, memory_mask = trusted.decoder_layer_inputs()
-    for i, norm_first in enumerate((False, True)):
-        layer = build_layer(lib, "DecoderLayer", trusted.DECODER_LAYER, norm_first)
-        y = layer.forward(x.copy(), memory.copy(), self_mask, memory_mask)
-        put(out, f"c{i}.out", y)
-        layer.zero_grad()
-        grads = layer.backward(trusted.rng(trusted.DECODER_LAYER["dout_seed"]).standard_normal(np.shape(y)))
-        if not isinstance(grads, tuple) or len(grads) != 2:
-            out[f"c{i}.count"] = np.array(len(grads) if isinstance(grads, tuple) else 1)
-            continue
-        put(out, f"c{i}.dx", grads[0])
-        put(out, f"c{i}.dmemory", grads[1])
-        for name, g in layer.gradients().items():
-            put(out, f"c{i}.d{name}", g)
-    return out
-
-
-def decoding_model(lib):
-    """A stand-in for the library's Transformer whose logits the grader fixes (trusted.decoding_logits).
-
-    It reads the prefix from the caches it is handed: each layer's cache holds the ids decoded
-    so far under "k" and "v", so a step that forgets a cache, or reorders one and not the
-    other, reads the wrong prefix.
-    """
-    spec, tables = trusted.DECODING, trusted.decoding_tables()
-    cfg = lib("nn.config").TransformerConfig(src_vocab_size=spec["src_vocab_size"], tgt_vocab_size=spec["tgt_vocab_size"],
-                                          d_model=spec["width"], n_heads=1, n_layers=spec["n_layers"], d_ff=4,
-                                          max_len=spec["max_len"], dropout=0.0)
-
-    class StandIn(lib("nn.models").Transformer):
-        def __init__(self):  # no layers: only what decoding reads
-            self.cfg, self.training = cfg, True
-
-        def train(self, mode=True):
-            self.training = mode
-            return self
-
-        def eval(self):
-            return self.train(False)
-
-        def encode(self, src):
-            src = np.asarray(src)
-            memory = tables["src"][src].sum(axis=1) * (src != cfg.pad_id).any(axis=1, keepdims=True)
-            return memory[:, None, :], (src != cfg.pad_id)[:, None, None, :]  # (B, 1, d), (B, 1, 1, S)
-
-        def _decode(self, tgt_in, memory, src_mask):
-            T = tgt_in.shape[1]
-            return np.stack([trusted.decoding_logits(tables, tgt_in[:, :t + 1], memory[:, 0]) for t in range(T)], 1)
-
-        def _decode_step(self, tokens, memory, src_mask, kv_caches, position):
-            for cache in kv_caches:
-                store = cache.setdefault("self", {})  # as the library's decoder layer does
-                if position == 0:
-                    for part in ("k", "v"):
-                        store[part] = np.zeros((tokens.shape[0], cfg.max_len), dtype=np.int64)
-                for part in ("k", "v"):
-                    store[part][:, position] = tokens[:, 0]
-            prefixes = [cache["self"][part][:, :position + 1] for cache in kv_caches for part in ("k", "v")]
-            logits = trusted.decoding_logits(tables, prefixes[0], memory[:, 0])
-            for other in prefixes[1:]:  # any cache that disagrees adds its own, different, logits
-                logits = np.where((other == prefixes[0]).all(axis=1, keepdims=True), logits,
-                                  trusted.decoding_logits(tables, other, memory[:, 0]))
-            return logits[:, None, :]
-
-    return StandIn()
-
-
-def probe_greedy(lib, module, names, exercise_id) -> dict:
-    greedy_decode = getattr(lib(module), names[0])
-    model, src, out = decoding_model(lib), trusted.decoding_sources(), {}
-    for i, (max_len, use_cache) in enumerate(trusted.GREEDY_RUNS):
-        ys = greedy_decode(model, src.copy(), max_len, use_cache=use_cache)
-        out[f"c{i}.lengths"] = np.array([len(y) for y in ys])
-        out[f"c{i}.tokens"] = trusted.pad_lists(ys, max_len)
-    return out
-
-
-def probe_beam(lib, module, names, exercise_id) -> dict:
-    beam_search = getattr(lib(module), names[0])
-    model, src, out = decoding_model(lib), trusted.decoding_sources(), {}
-    for i, (max_len, K, alpha) in enumerate(trusted.BEAM_RUNS):
-        ys = beam_search(model, src.copy(), max_len, beam_size=K, length_penalty=alpha)
-        out[f"c{i}.lengths"] = np.array([len(y) for y in ys])
-        out[f"c{i}.tokens"] = trusted.pad_lists(ys, max_len)
-    return out
-
-
-def probe_seeds(lib, module, names, exercise_id) -> dict:
-    over_seeds = getattr(lib(module), names[0])
-    out = {}
-    for i, seeds in enumerate(trusted.SEED_LISTS):
-        calls = []
-
-        def train(seed):
-            calls.append(seed)
-            return trusted.fake_training(seed)
-
-        summary = over_seeds(train, list(seeds))
-        out[f"c{i}.calls"] = np.array(calls, dtype=np.int64)
-        for field in ("values", "mean", "std", "sem", "low", "high"):
-            put(out, f"c{i}.{field}", getattr(summary, field, None))
-    return out
-
-
-def probe_sampling(lib, module, names, exercise_id) -> dict:
-    next_token_probs, top_k_filter, top_p_filter, sample_from = (getattr(lib(module), n) for n in names)
-    out = {}
-    for i, (z, temperature, top_k, top_p) in enumerate(trusted.sampling_cases()):
-        put(out, f"c{i}.probs", next_token_probs(z.copy(), temperature, top_k, top_p))
-    for i, probs in enumerate(trusted.SAMPLE_PROBS):
-        put(out, f"k{i}", top_k_filter(probs.copy(), 2))
-        put(out, f"p{i}", top_p_filter(probs.copy(), 0.6))
-        gen = trusted.rng(91 + i)  # one generator for every draw, as generate uses it
-        draws = [sample_from(probs.copy(), gen) for _ in range(trusted.DRAWS)]
-        again = trusted.rng(91 + i)
-        put(out, f"s{i}.draws", draws)
-        put(out, f"s{i}.again", [sample_from(probs.copy(), again) for _ in range(20)])
-    return out
-
-
-PROBE_KINDS = {"pair": probe_pair, "table": probe_table, "attention": probe_attention, "heads": probe_heads,
-               "noam": probe_noam, "adam": probe_adam, "clip": probe_clip, "bleu": probe_bleu,
-               "encoder_layer": probe_encoder_layer, "decoder_layer": probe_decoder_layer, "greedy": probe_greedy,
-               "beam": probe_beam, "seeds": probe_seeds, "sampling": probe_sampling}
+PROBE_KINDS = {"pair": probe_pair, "calls": probe_calls, "block": probe_block, "cosine": probe_cosine,
+               "lion": probe_lion, "ema": probe_ema, "gqa_cache": probe_gqa_cache}
 
 
 def collect(exercise_id: str, lib) -> dict:

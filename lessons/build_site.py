@@ -2,8 +2,19 @@
 
     python lessons/build_site.py                 # all lessons -> site/ (open site/index.html)
     python lessons/build_site.py 4 8 --out /tmp/site
+    python lessons/build_site.py --out site-student --from handout   # the student edition's lessons
+    python lessons/build_site.py --out site-teacher --instructor     # + the guide, the project, the solutions
     python lessons/build_site.py --check site    # is every lesson linked, with its figures?
     python lessons/build_site.py --check site --browser   # ... and does Chromium render its formulas?
+
+Two sites. The *student site* (the default) holds the lessons and the project's handout
+(``lessons/PROJECT.md``); ``--from DIR`` takes them from another copy of the repository, such as
+the student edition that ``python -m course build DIR`` writes. The lessons are whole and hold no
+solution (the solutions are fenced in the library, ``### BEGIN SOLUTION <id>``), so both are safe
+to publish; ``--check`` proves it, failing a student site on any page that shows a line of a fenced
+solution of the library beside this file. The *instructor site* (``--instructor``, from the full
+repository only) adds the teacher's guide (``lessons/INSTRUCTOR.md``, with the answer keys) and a
+page of every exercise's reference solution: keep it to the teaching staff.
 
 Each notebook (every ``lessons/NN_*.ipynb``) runs in a fresh kernel with lessons/ as its
 working directory, exactly as ``run_lessons.py`` runs it (the committed notebooks are not
@@ -12,9 +23,10 @@ The pages need no network: the formulas are turned into MathML here, at build ti
 (``latex2mathml``), which browsers lay out themselves, and the pages load no script.
 Each page links to the previous lesson, the next one and the index; the index gives each
 lesson's one-line summary (the notebook's ``metadata.numpytransformer.summary``, else its
-first sentence) and its exercises. A small ``site.json`` records what ``--check`` verifies.
+first sentence) and its exercises, then the other pages (the project; the guide and the
+solutions). A small ``site.json`` records what ``--check`` verifies.
 Exit code 1 if a lesson fails, is slower than --budget seconds, or (with --check) a page,
-a figure or a formula is missing; with --browser also if headless Chromium does not lay a
+a figure or a formula is missing, or a student site shows a solution; with --browser also if headless Chromium does not lay a
 page's fractions out as fractions (it keeps a screenshot of the first page, screenshot.png).
 """
 from __future__ import annotations
@@ -27,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -75,13 +88,52 @@ def summary_of(nb) -> str:
     return re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0]
 
 
-def exercises_of(number: int) -> list:
-    """The exercises of a lesson, from the grader's catalogue (of the library beside the lessons, as they use)."""
+def _course():
+    """The course package beside these lessons (its catalogue and its fence parser)."""
     if str(LESSONS.parent) not in sys.path:
         sys.path.insert(0, str(LESSONS.parent))
-    from course.catalog import LESSONS as BY_LESSON
+    import course.catalog
+    import course.fences
 
-    return BY_LESSON.get(number, [])
+    return course
+
+
+def exercises_of(number: int) -> list:
+    """The exercises of a lesson, from the grader's catalogue (of the library beside the lessons, as they use)."""
+    return _course().catalog.LESSONS.get(number, [])
+
+
+def solution_fences(repo: Path) -> list:
+    """``(fence, code)`` for every solution fenced in ``repo``'s library, code without its markers, dedented."""
+    found = []
+    for fence in _course().fences.library_fences(Path(repo) / "numpytransformer"):
+        lines = (Path(repo) / fence.path).read_text(encoding="utf-8").splitlines()
+        found.append((fence, textwrap.dedent("\n".join(lines[fence.begin:fence.end - 1]))))
+    return found
+
+
+# A line of a solution that could also be prose or a lesson's own code ("return dx", a comment, a loop's
+# header) proves nothing; nor does one that the exercise's statement gives away on purpose.
+_DISTINCTIVE = 20
+
+
+def solution_lines(repo: Path) -> set:
+    """The distinctive code lines of every fenced solution in ``repo``'s library, whitespace collapsed."""
+    stated = " ".join(" ".join(x.title.split()) for x in _course().catalog.EXERCISES)
+    lines = set()
+    for _, code in solution_fences(repo):
+        for line in code.splitlines():
+            line = " ".join(re.sub(r"\s#.*$", "", line).split())  # a trailing comment may be left out
+            if len(line) >= _DISTINCTIVE and not line.startswith("#") and not line.endswith(":") \
+                    and line not in stated:
+                lines.add(line)
+    return lines
+
+
+def leaked_lines(page_html: str, lines) -> list:
+    """The solution lines a page shows, read as its text (tags, such as code highlighting, stripped)."""
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", "", page_html)).split())
+    return sorted(line for line in lines if line in text)
 
 
 def count_figures(nb) -> int:
@@ -166,7 +218,46 @@ def to_html(nb, nav: str = "") -> str:
     return body
 
 
-def write_index(out: Path, entries) -> None:
+def markdown_page(text: str) -> str:
+    """A Markdown document as a page of the site: the lessons' look, MathML formulas, a link to the index."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text)])
+    return to_html(nb, nav_html(None, None))
+
+
+def solutions_markdown(repo: Path) -> str:
+    """Every exercise's reference solution, in catalogue order, as the library fences it."""
+    by_id = {}
+    for fence, code in solution_fences(repo):
+        by_id.setdefault(fence.id, []).append((fence, code))
+    parts = ["# Solutions of the exercises\n\nFor the teaching staff: each exercise's reference solution, "
+             "the code between its `### BEGIN SOLUTION` and `### END SOLUTION` in the library. "
+             "Students get it after the deadline with `python -m course release --into STUDENT_DIR IDS`."]
+    for x in _course().catalog.EXERCISES:
+        parts.append(f"## {x.id}: `{x.function}`\n\n{x.title}.")
+        for fence, code in by_id.get(x.id, []):
+            parts.append(f"`{fence.path}`, lines {fence.begin}-{fence.end}:\n\n```python\n{code}\n```")
+    return "\n\n".join(parts) + "\n"
+
+
+def documents_of(source: Path, instructor: bool) -> list:
+    """The pages besides the lessons: ``{"page", "title", "markdown"}`` for the project, and the guide and the
+    solutions on the instructor site."""
+    wanted = [("PROJECT.md", "PROJECT.html")] + ([("INSTRUCTOR.md", "INSTRUCTOR.html")] if instructor else [])
+    docs = []
+    for name, page in wanted:
+        path = Path(source) / "lessons" / name
+        if path.is_file():
+            text = path.read_text(encoding="utf-8")
+            docs.append({"page": page, "title": text.splitlines()[0].lstrip("# ").strip(), "markdown": text})
+    if instructor:
+        docs.append({"page": "solutions.html", "title": "Solutions of the exercises",
+                     "markdown": solutions_markdown(source)})
+    return docs
+
+
+def write_index(out: Path, entries, documents=(), edition: str = "student") -> None:
     rows = []
     for e in entries:
         exercises = "".join(
@@ -179,6 +270,8 @@ def write_index(out: Path, entries) -> None:
             + (f'<ul class="exercises">{exercises}</ul>' if exercises else "")
             + f'<p class="meta">{e["figures"]} figure{"" if e["figures"] == 1 else "s"}, ran in {e["seconds"]:.0f} s</p></li>')
     rows = "\n".join(rows)
+    others = "".join(f'<li><a href="{html.escape(d["page"])}">{html.escape(d["title"])}</a></li>' for d in documents)
+    others = f'<h2>Also here</h2><ul class="documents">{others}</ul>' if others else ""
     (out / "index.html").write_text(f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>numpytransformer: the lessons</title>
 <style>body {{ font-family: sans-serif; max-width: 50em; margin: 2em auto; padding: 0 1em; line-height: 1.5 }}
@@ -188,29 +281,67 @@ ul.exercises {{ margin: 0.2em 0; padding-left: 1.2em; font-size: 95% }}
 <body><h1>numpytransformer: the lessons</h1>
 <p>The Transformer of <i>Attention Is All You Need</i> in NumPy, every backward pass derived by hand.
 Each lesson below was executed top to bottom on a CPU to make this page; take them in order.
-The exercises are pieces of the library cut out of the student edition; each is checked with
-<code>python -m course check ID</code>, and each lesson ends with written questions.</p>
+Each exercise asks for a sibling of what its lesson derives, a real option of the models, cut out of
+the library in the student edition; each is checked with <code>python -m course check ID</code>,
+and each lesson ends with written questions.</p>
 <ol>
 {rows}
-</ol></body></html>
+</ol>{others}</body></html>
 """, encoding="utf-8")
-    (out / "site.json").write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
+    record = {"edition": edition, "lessons": list(entries),
+              "documents": [{"page": d["page"], "title": d["title"]} for d in documents]}
+    (out / "site.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 
 
-def check_site(out: Path, expected_pages=None) -> list:
+def read_record(out: Path) -> dict:
+    """What a built site's ``site.json`` says it holds: its edition, its lessons and its other pages."""
+    return json.loads((out / "site.json").read_text(encoding="utf-8"))
+
+
+def _page_problems(name: str, text: str) -> list:
+    """What any page of the site may not hold: an error, LaTeX left unconverted, a fetch from the network."""
+    problems = []
+    if "Traceback (most recent call last)" in text:
+        problems.append(f"{name} holds an error")
+    left = unrendered_math(text)
+    if left:
+        problems.append(f"{name} holds {len(left)} formulas not turned into MathML, the first {left[0]!r}")
+    if _EXTERNAL.search(text):
+        problems.append(f"{name} loads {_EXTERNAL.search(text).group(0)!r}...: it needs the network")
+    return problems
+
+
+def check_site(out: Path, expected_pages=None, solutions_of: Path = LESSONS.parent) -> list:
     """Problems with a built site: a lesson not linked from the index, a page missing, a figure missing,
-    a formula left as LaTeX, a script fetched from the network, a page without its links to its neighbours."""
+    a formula left as LaTeX, a script fetched from the network, a page without its links to its neighbours;
+    and, unless it is the instructor site, a page that shows a line of a solution fenced in the library of
+    ``solutions_of`` (the repository beside this file; a student edition's library has none to find)."""
     problems = []
     index = (out / "index.html").read_text(encoding="utf-8") if (out / "index.html").is_file() else ""
     if not index:
         return [f"{out / 'index.html'} is missing"]
-    entries = json.loads((out / "site.json").read_text(encoding="utf-8"))
+    record = read_record(out)
+    entries, documents = record["lessons"], record["documents"]
     links = re.findall(r'<a href="([^"]+)"', index)
     pages = [e["page"] for e in entries]
     if expected_pages is not None and pages != list(expected_pages):
         problems.append(f"the index lists {pages}, expected {list(expected_pages)}")
-    if links != pages:
-        problems.append(f"the index links {links}, expected the lessons in order {pages}")
+    if links != pages + [d["page"] for d in documents]:
+        problems.append(f"the index links {links}, expected the lessons in order {pages}, then "
+                        f"{[d['page'] for d in documents]}")
+    secret = solution_lines(solutions_of) if record["edition"] != "instructor" else set()
+    for d in documents:
+        page = out / d["page"]
+        if not page.is_file():
+            problems.append(f"{d['page']} is linked but missing")
+            continue
+        text = page.read_text(encoding="utf-8")
+        problems += _page_problems(d["page"], text)
+        if '<a href="index.html" rel="index">' not in text:
+            problems.append(f"{d['page']} has no index link to index.html")
+        shown = leaked_lines(text, secret)
+        if shown:
+            problems.append(f"{d['page']} shows {len(shown)} lines of the solutions, the first {shown[0]!r}")
     for i, e in enumerate(entries):
         page = out / e["page"]
         if not page.is_file():
@@ -220,13 +351,10 @@ def check_site(out: Path, expected_pages=None) -> list:
         found = len(_IMG.findall(text))
         if found < e["figures"]:
             problems.append(f"{e['page']} shows {found} figures, its notebook made {e['figures']}")
-        if "Traceback (most recent call last)" in text:
-            problems.append(f"{e['page']} holds an error")
-        left = unrendered_math(text)
-        if left:
-            problems.append(f"{e['page']} holds {len(left)} formulas not turned into MathML, the first {left[0]!r}")
-        if _EXTERNAL.search(text):
-            problems.append(f"{e['page']} loads {_EXTERNAL.search(text).group(0)!r}...: it needs the network")
+        problems += _page_problems(e["page"], text)
+        shown = leaked_lines(text, secret)
+        if shown:
+            problems.append(f"{e['page']} shows {len(shown)} lines of the solutions, the first {shown[0]!r}")
         neighbours = {"index": "index.html"}
         if i > 0:
             neighbours["prev"] = entries[i - 1]["page"]
@@ -310,8 +438,8 @@ def render_check(page: Path, browser: str, screenshot=None, timeout: float = 120
 def browser_problems(out: Path, browser: str, screenshot=None) -> list:
     """Render every page of a built site in Chromium; a page whose formulas are not laid out as math is a problem."""
     problems = []
-    entries = json.loads((out / "site.json").read_text(encoding="utf-8"))
-    for i, e in enumerate(entries):
+    record = read_record(out)
+    for i, e in enumerate(record["lessons"] + record["documents"]):
         r = render_check(out / e["page"], browser, screenshot if i == 0 else None)
         print(f"browser  {e['page']}  {r['formulas']} formulas, {r['fractions']} fractions, "
               f"{r['flat']} not stacked, {r['empty']} empty", flush=True)
@@ -327,6 +455,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(LESSONS.parent / "site"), help="output folder (default: site/)")
     ap.add_argument("--budget", type=float, default=180.0, help="seconds a lesson may take (default %(default)s)")
     ap.add_argument("--timeout", type=int, default=900, help="seconds a single cell may take (default %(default)s)")
+    ap.add_argument("--from", dest="source", metavar="DIR", default=str(LESSONS.parent),
+                    help="the repository whose lessons/ to build, such as a student edition made by "
+                         "'python -m course build DIR' (default: this one)")
+    ap.add_argument("--instructor", action="store_true",
+                    help="the instructor site: also the guide (INSTRUCTOR.md) and every exercise's solution; "
+                         "not for students")
     ap.add_argument("--check", metavar="SITE", help="only check an existing site; build nothing")
     ap.add_argument("--browser", action="store_true",
                     help="also render every page in headless Chromium, and keep SITE/screenshot.png")
@@ -350,9 +484,15 @@ def main(argv=None) -> int:
     import nbclient
     import nbformat
 
+    source = Path(args.source).resolve()
+    if not (source / "lessons").is_dir():
+        ap.error(f"--from {args.source}: no lessons/ folder there; expected a copy of the repository")
+    if args.instructor and not ((source / "lessons" / "INSTRUCTOR.md").is_file() and solution_fences(source)):
+        ap.error(f"--instructor needs the full repository (lessons/INSTRUCTOR.md and the library's solutions); "
+                 f"{args.source} has not both: is it a student edition?")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    paths = lesson_paths(args.lessons)
+    paths = lesson_paths(args.lessons, source / "lessons")
     # Each page links to its neighbours, so the list (pages and titles) is known before anything runs.
     planned = []
     for path in paths:
@@ -378,11 +518,16 @@ def main(argv=None) -> int:
               + (f"  (over the {args.budget:.0f} s budget)" if over else ""), flush=True)
         if over:
             failed.append(path.name)
-    write_index(out, entries)
+    documents = documents_of(source, args.instructor)
+    for d in documents:
+        (out / d["page"]).write_text(markdown_page(d["markdown"]), encoding="utf-8")
+    edition = "instructor" if args.instructor else "student"
+    write_index(out, entries, documents, edition)
     problems = check_site(out, [p["page"] for p in entries])
     for p in problems:
         print(f"problem: {p}")
-    print(f"wrote {out / 'index.html'}: {len(entries)} lessons, {sum(e['figures'] for e in entries)} figures"
+    print(f"wrote {out / 'index.html'}, the {edition} site: {len(entries)} lessons, "
+          f"{sum(e['figures'] for e in entries)} figures, {len(documents)} other pages"
           + (f"; {len(failed)} failed" if failed else ""))
     return 1 if failed or problems else 0
 

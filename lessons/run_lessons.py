@@ -19,14 +19,15 @@ from pathlib import Path
 LESSONS = Path(__file__).resolve().parent
 
 
-def lesson_paths(numbers):
-    paths = sorted(LESSONS.glob("[0-9][0-9]_*.ipynb"))
+def lesson_paths(numbers, folder: Path = LESSONS):
+    """The lesson notebooks of ``folder`` (lessons/ beside this file), all or those numbered."""
+    paths = sorted(Path(folder).glob("[0-9][0-9]_*.ipynb"))
     if numbers:
         wanted = {int(n) for n in numbers}
         paths = [p for p in paths if int(p.name[:2]) in wanted]
         missing = wanted - {int(p.name[:2]) for p in paths}
         if missing:
-            raise SystemExit(f"error: no lesson numbered {sorted(missing)} in {LESSONS}")
+            raise SystemExit(f"error: no lesson numbered {sorted(missing)} in {folder}")
     return paths
 
 

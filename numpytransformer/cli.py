@@ -27,11 +27,13 @@ from .training.checkpoint import (
 from .nn.config import SEED_MAX
 from .nn.ensemble import Ensemble
 from .errors import NumpyTransformerError
+from .files import atomic_write
 from .nn.models import Transformer, TransformerClassifier
 from .training.parallel import first_rank_speaks, launched_ranks, print_traceback_and_stop, stop_run, world
 from .training.settings import ModelSettings, add_flags, flag_of, given_values, whole_number
 from .tasks.base import TASKS, task_class, task_from_dict
 from .tasks.reverse import ReversalTask, ReverseData
+from .pretrained.convert import CONVERTED, refusal
 from .training.trainer import LATER_FIELDS, TrainConfig, Trainer, kept_epochs
 
 __all__ = ["main", "build_parser", "load_for_inference", "load_ensemble"]
@@ -58,6 +60,8 @@ def resolve_checkpoint(path: str) -> Path:
 def _read_task(ck: Path, data_dir: Optional[str] = None, for_resume: bool = False):
     """A checkpoint's document and its task; a bad task field names the file."""
     doc = read_checkpoint_meta(ck, for_resume=for_resume)
+    if doc["task"].get("name") == CONVERTED:  # weights carried in from a Hugging Face directory, no task
+        raise CheckpointError(refusal(ck, doc))
     try:
         return doc, task_from_dict(doc["task"], data_dir)
     except CheckpointError:
@@ -206,12 +210,19 @@ def cmd_train(args) -> None:
     with comm.training():
         trainer.fit()
     print(f"trained {trainer.optimizer.t - first} updates in {time.perf_counter() - start:.1f} s", flush=True)
-    if not comm.is_writer:  # the final test runs once, on rank 0
+    if task.shares_test:  # every rank tests its share, once rank 0 has written the checkpoint and names it
+        ck = Path(comm.bcast(str(resolve_checkpoint(args.out)) if comm.is_writer else None))
+    elif comm.is_writer:  # the final test runs once, on rank 0
+        ck = resolve_checkpoint(args.out)
+    else:
         return
-    ck = resolve_checkpoint(args.out)
     load_checkpoint(ck, model)
     model.eval()
-    print(f"final (test, {ck.name} checkpoint): {_fmt(task.test_report(model))}")
+    start = time.perf_counter()
+    report = task.test_report(model, comm) if task.shares_test else task.test_report(model)
+    if not comm.is_writer:
+        return
+    print(f"final (test, {ck.name} checkpoint): {_fmt(report)}\ntested in {time.perf_counter() - start:.1f} s")
     prompt = "--prompt " if task.predict_command == "generate" else ""
     print(f"checkpoint: {ck}   try: python -m numpytransformer {task.predict_command} --checkpoint {args.out} "
           f"{prompt}\"{task.example_input()}\"")
@@ -256,7 +267,7 @@ def cmd_generate(args) -> None:
     task, model, _ = load_for_inference(args.checkpoint)
     prompt = args.prompt if args.prompt is not None else read_stdin()
     print(task.generate(model, prompt, tokens=args.tokens, temperature=args.temperature, top_k=args.top_k,
-                        top_p=args.top_p, seed=args.seed))
+                        top_p=args.top_p, seed=args.seed, min_p=args.min_p))
 
 
 def cmd_attention(args) -> None:
@@ -306,6 +317,67 @@ def cmd_sweep(args) -> None:
     records = run_sweep(runs, args.out, log=lambda msg: print(msg, flush=True))
     md = write_report(records, args.out, title=f"Reversal ablation ({args.formulation}, {args.epochs} epochs a run)")
     print(md.read_text(), end="")
+
+
+# ---- Hugging Face models ------------------------------------------------------------------------
+def cmd_convert(args) -> None:
+    from .pretrained.convert import to_checkpoint
+
+    ck = to_checkpoint(args.directory, args.out, args.dtype)
+    print(f"wrote {ck} (a checkpoint of {args.directory}); back to the Hugging Face layout with: "
+          f"python -m numpytransformer export {args.out} --out DIR")
+
+
+def cmd_export(args) -> None:
+    from .pretrained.convert import export_checkpoint
+
+    out = export_checkpoint(resolve_checkpoint(args.checkpoint), args.out, overwrite=args.overwrite)
+    print(f"wrote {out} (config.json, model.safetensors and the tokenizer's files)")
+
+
+def _check_npy_out(path: str) -> None:
+    """Refuse an --out the embeddings cannot be written to, before any work."""
+    out = Path(path)
+    if out.suffix != ".npy":
+        raise NumpyTransformerError(f"--out {path}: expected a file name ending in .npy")
+    if out.is_dir():
+        raise NumpyTransformerError(f"--out {path} is a directory; expected a .npy file name")
+    nearest = next(p for p in (out.parent, *out.parent.absolute().parents) if p.exists())
+    if not nearest.is_dir() or not os.access(nearest, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise NumpyTransformerError(f"--out {path}: cannot write there; choose another --out")
+
+
+def cmd_embed(args) -> None:
+    import io
+
+    from .pretrained.sentence import SentenceEncoder, check_texts
+
+    comm = world()  # under mpiexec -n N: each rank embeds every N-th batch
+    comm.only_writer_prints()
+    if args.out is None and args.query is None:
+        raise NumpyTransformerError("embed needs --out X.npy (the embeddings) or --query TEXT (the nearest sentences)")
+    if args.out is not None:
+        _check_npy_out(args.out)
+    if args.query is not None and not args.query.strip():
+        raise NumpyTransformerError("--query is empty: give some text")
+    texts = read_stdin().split("\n")
+    if texts[-1] == "":
+        texts.pop()  # the last line's end, not an empty line after it
+    check_texts(texts)
+    encoder = SentenceEncoder.from_directory(args.model)
+    vectors = encoder.embed(texts + ([args.query] if args.query is not None else []), args.batch_size, comm)
+    if args.query is not None:
+        vectors, q = vectors[:-1], vectors[-1]
+        unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        scores = unit @ (q / max(float(np.linalg.norm(q)), 1e-12))  # cosine similarity
+        for i in np.argsort(-scores, kind="stable")[:args.top]:
+            print(f"{scores[i]:.4f}  {texts[i]}")
+    if args.out is not None and comm.is_writer:
+        buf = io.BytesIO()
+        np.save(buf, vectors, allow_pickle=False)
+        atomic_write(args.out, buf.getvalue())
+        print(f"wrote {args.out}: {vectors.shape[0]} x {vectors.shape[1]} float32 ({encoder.pooling} pooling"
+              f"{', normalised' if encoder.normalize else ''}, at most {encoder.max_length} pieces a sentence)")
 
 
 # ---- parser ---------------------------------------------------------------------------------
@@ -384,6 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument("--temperature", type=float, default=0.8, help="softmax temperature (default %(default)s)")
     ge.add_argument("--top-k", type=POSITIVE, default=None, help="sample from the k most likely tokens")
     ge.add_argument("--top-p", type=float, default=None, help="sample from the smallest set of mass p (nucleus)")
+    ge.add_argument("--min-p", type=float, default=None, help="sample from the tokens at least p times as likely as "
+                    "the most likely one (min-p)")
     ge.add_argument("--seed", type=SEED, default=0, help="seed of the sampling (default %(default)s)")
 
     av = _command(sub, "average", cmd_average, "average the weights of the last epochs of a run", description=(
@@ -406,15 +480,42 @@ def build_parser() -> argparse.ArgumentParser:
                     help="training sequences (default %(default)s)")
     sw.add_argument("--seed", type=SEED, default=0, help="seed of every run's model (default %(default)s)")
     sw.add_argument("--out", default="runs/sweep", help="folder for the runs and the report (default %(default)s)")
+
+    co = _command(sub, "convert", cmd_convert, "a Hugging Face directory (BERT, GPT-2) as a checkpoint", description=(
+        "Write a Hugging Face directory (config.json, model.safetensors) as a checkpoint in RUN/last/, its "
+        "tokenizer's files kept beside it. It holds no task of this library (generate, eval and train refuse "
+        "it); export writes it back."))
+    co.add_argument("directory", metavar="DIR", help="a Hugging Face model directory")
+    co.add_argument("--out", required=True, help="the new run directory")
+    co.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+                    help="floating-point type of the weights (default %(default)s)")
+
+    ex = _command(sub, "export", cmd_export, "a checkpoint as a Hugging Face directory", description=(
+        "Write a checkpoint of an encoder (as BERT) or a language model (as GPT-2) as a Hugging Face directory: "
+        "config.json, model.safetensors and the tokenizer's files a converted checkpoint kept."))
+    ex.add_argument("checkpoint", metavar="RUN", help="a checkpoint directory or a run directory")
+    ex.add_argument("--out", required=True, help="the Hugging Face directory to write")
+    ex.add_argument("--overwrite", action="store_true", help="replace --out if it holds files")
+
+    em = _command(sub, "embed", cmd_embed, "sentence embeddings with a sentence-transformers model", description=(
+        "Embed each line of standard input with a sentence-transformers directory (its pooling, normalisation "
+        "and longest input): --out writes them as float32 (N, D); --query prints the nearest lines with their "
+        "cosine similarity, best first. Under mpiexec -n N the batches are shared among N ranks."))
+    em.add_argument("--model", required=True, metavar="DIR", help="a sentence-transformers model directory")
+    em.add_argument("--out", default=None, help="the .npy file of the embeddings")
+    em.add_argument("--query", default=None, metavar="TEXT", help="print the lines nearest to TEXT")
+    em.add_argument("--top", type=POSITIVE, default=5, help="how many lines --query prints (default %(default)s)")
+    em.add_argument("--batch-size", type=whole_number(1, 4096), default=32,
+                    help="sentences a forward pass, neighbours in length (default %(default)s)")
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     with first_rank_speaks():  # under mpiexec every rank meets the same parse error (or --help)
         args = build_parser().parse_args(argv)
-    if launched_ranks() > 1 and args.command != "train":  # each rank would run it, and write, on its own
+    if launched_ranks() > 1 and args.command not in ("train", "embed"):  # each rank would run it, and write
         return stop_run(f"error: {args.command} runs in one process, not on {launched_ranks()} ranks: start it "
-                        "without mpiexec (only train runs data-parallel)", 2)
+                        "without mpiexec (only train and embed run on several)", 2)
     try:
         return _run(args)
     except Exception:  # under mpiexec: a rank that stops alone would leave the others waiting

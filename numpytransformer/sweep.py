@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, NamedTuple, Sequence
 
 import numpy as np
 
-from .training.checkpoint import atomic_write
+from .files import atomic_write
 from .errors import NumpyTransformerError
 from .training.settings import ModelSettings
 from .tasks.reverse import ReversalTask, ReverseData
@@ -191,7 +191,6 @@ def over_seeds(train: Callable[[int], float], seeds: Sequence[int]) -> SeedSumma
     if len(seeds) < 2 or len(set(seeds)) != len(seeds):
         raise NumpyTransformerError(f"seeds must hold at least two distinct seeds (an error bar needs two runs), "
                                     f"got {seeds!r}")
-    ### BEGIN SOLUTION 11.1: train once per seed, then the mean, the sample std, the standard error and the 95% t-interval
     values = np.array([float(train(seed)) for seed in seeds])
     n = len(values)
     mean = values.mean()
@@ -200,7 +199,6 @@ def over_seeds(train: Callable[[int], float], seeds: Sequence[int]) -> SeedSumma
     half = t_quantile(n - 1) * sem
     return SeedSummary(tuple(values.tolist()), float(mean), float(std), float(sem), float(mean - half),
                        float(mean + half))
-    ### END SOLUTION
 
 
 class BootstrapComparison(NamedTuple):
@@ -220,10 +218,10 @@ def paired_bootstrap(stats_a, stats_b, metric: Callable[[np.ndarray], float], n:
     test set, the *same* draw for both systems, and score both on it; repeat n times. The share
     of draws that A wins estimates how sure one may be that A is better (A wins at least 95% of
     them: better "at 95%"), and the middle ``level`` of the differences is an interval for
-    :math:`\Delta = \text{metric}(A) - \text{metric}(B)`:
+    :math:`\\Delta = \\text{metric}(A) - \\text{metric}(B)`:
 
-    .. math:: \Delta^{*}_j = \text{metric}\Big(\sum_{i \in I_j} a_i\Big)
-              - \text{metric}\Big(\sum_{i \in I_j} b_i\Big),\qquad I_j \sim \mathcal{U}\{1..S\}^S
+    .. math:: \\Delta^{*}_j = \\text{metric}\\Big(\\sum_{i \\in I_j} a_i\\Big)
+              - \\text{metric}\\Big(\\sum_{i \\in I_j} b_i\\Big),\\qquad I_j \\sim \\mathcal{U}\\{1..S\\}^S
 
     The metric reads statistics summed over sentences, so corpus-level measures that are not
     means of sentence scores (BLEU, chrF) resample correctly. Where lesson 11's
@@ -263,7 +261,7 @@ def paired_bootstrap(stats_a, stats_b, metric: Callable[[np.ndarray], float], n:
         raise NumpyTransformerError(f"seed must be a whole number >= 0, got {seed!r}")
     rng = np.random.default_rng(seed)
     S = len(a)
-    # exercise: bootstrap — n resampled test sets shared by both systems, the difference of the metric on each, the share A wins and the percentile interval
+    ### BEGIN SOLUTION 11.1: n resamples (each rows = rng.integers(0, S, size=S), one draw for both systems), the differences of the metric, the share A wins, the percentile interval and delta
     deltas = np.empty(n)
     for j in range(n):
         rows = rng.integers(0, S, size=S)  # S sentences drawn with replacement: one draw for both systems
@@ -271,6 +269,7 @@ def paired_bootstrap(stats_a, stats_b, metric: Callable[[np.ndarray], float], n:
     win_rate = float(np.mean(deltas > 0))
     low, high = np.quantile(deltas, [(1 - level) / 2, (1 + level) / 2])
     delta = float(metric(a.sum(axis=0)) - metric(b.sum(axis=0)))
+    ### END SOLUTION
     return BootstrapComparison(delta, win_rate, float(low), float(high))
 
 

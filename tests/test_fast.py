@@ -164,8 +164,48 @@ def test_attention(dtype, tol, mask_kind):
 
 
 @pytest.mark.parametrize("dtype, tol", TOLS)
+@pytest.mark.parametrize("chunk", [1, 1 << 16], ids=["a head a block", "all heads in one block"])
+@pytest.mark.parametrize("case", ["padding", "causal", "full mask", "heads only", "one matrix"])
+def test_attention_in_blocks(dtype, tol, chunk, case, monkeypatch):
+    """The blocks of heads cover every stack once, whatever the shapes of q, k, v and the mask."""
+    monkeypatch.setattr(fast, "ATTENTION_CHUNK", chunk)
+    rng = np.random.default_rng(9)
+    T, S, dk = 4, 5, 6
+    lead = {"padding": (2, 3), "causal": (2, 3), "full mask": (2, 3), "heads only": (3,), "one matrix": ()}[case]
+    q, k, v = (normal(rng, lead + (n, dk), dtype, 2.0) for n in (T, S, S))
+    ids = np.array([[5, 3, 1, 0, 0], [0, 0, 0, 0, 0]])  # the second sequence is all pad: fully masked rows
+    mask = {"padding": padding_mask(ids, 0), "causal": causal_mask(S)[:, :, :T, :],
+            "full mask": rng.random((2, 3, T, S)) < 0.6, "heads only": causal_mask(S)[0, 0, :T, :],
+            "one matrix": None}[case]
+    out, cache = fast.attention_forward(q, k, v, mask)
+    ref, ref_cache = attention_forward(q, k, v, mask)
+    assert_close(out, ref, tol, "out")
+    assert_close(cache.weights, ref_cache.weights, tol, "weights")
+    assert cache.mask is mask and cache.scale == ref_cache.scale
+    dout = normal(rng, ref.shape, dtype)
+    assert_all_close(attention_backward(dout, cache), attention_backward(dout, ref_cache), tol, "backward")
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.float64, TOL64), (np.float32, 1e-6)])
+def test_gelu(dtype, tol, monkeypatch):
+    """The chunked exact GELU and its gate (the backward's), at both signs of 0 and far in the tails."""
+    from numpytransformer.core.gelu import gelu_backward, gelu_forward
+
+    monkeypatch.setattr(fast, "GELU_CHUNK", 128)  # several chunks, the last one partial
+    x = normal(np.random.default_rng(10), (7, 61), dtype, 3.0)
+    x.reshape(-1)[:6] = [0.0, -0.0, 20.0, -20.0, 8.0, -8.0]
+    out, cache = fast.gelu_forward(x)
+    ref, ref_cache = gelu_forward(x)
+    assert_close(out, ref, tol, "out")
+    assert_close(cache.gate, ref_cache.gate, tol, "gate")
+    dout = normal(np.random.default_rng(11), x.shape, dtype)
+    assert_close(gelu_backward(dout, cache), gelu_backward(dout, ref_cache), tol, "backward")
+
+
+@pytest.mark.parametrize("dtype, tol", TOLS)
 @pytest.mark.parametrize("cross", [False, True], ids=["self", "cross"])
-def test_multihead_attention(dtype, tol, cross):
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3], ids=["plain", "attention-dropout"])
+def test_multihead_attention(dtype, tol, cross, dropout_p):
     rng = np.random.default_rng(3)
     B, T, S, D, H = 2, 4, 5, 8, 2
     params = {name: normal(rng, (D, D) if name.startswith("W") else (D,), dtype)
@@ -174,8 +214,10 @@ def test_multihead_attention(dtype, tol, cross):
     x_kv = normal(rng, (B, S, D), dtype) if cross else None
     mask = padding_mask(np.array([[1, 2, 3, 0, 0], [4, 5, 6, 7, 1]]), 0) if cross else causal_mask(T)
     dout = normal(rng, (B, T, D), dtype)
-    out, cache = fast.multihead_attention_forward(x, x_kv, **params, n_heads=H, mask=mask)
-    ref, ref_cache = multihead_attention_forward(x, x_kv, **params, n_heads=H, mask=mask)
+    out, cache = fast.multihead_attention_forward(x, x_kv, **params, n_heads=H, mask=mask, dropout_p=dropout_p,
+                                                  rng=np.random.default_rng(5))
+    ref, ref_cache = multihead_attention_forward(x, x_kv, **params, n_heads=H, mask=mask, dropout_p=dropout_p,
+                                                 rng=np.random.default_rng(5))  # the same dropped weights
     assert_close(out, ref, tol, "out")
     want = multihead_attention_backward(dout, ref_cache)
     for what, got in (("fast pair", fast.multihead_attention_backward(dout, cache)),
@@ -313,14 +355,14 @@ def test_decoders_keep_their_kv_cache_buffers(monkeypatch):
     copy, or a name still holding the cache, would force a new one a step."""
     from numpytransformer.nn.decoding import beam_search, greedy_decode
 
-    class CountingNumpy:  # numpy, with its 4-D np.empty calls (the cache buffers) counted
+    class CountingNumpy:  # numpy, with its np.empty calls of a cache buffer's shape (B, H, room, D/H) counted
         buffers = 0
 
         def __getattr__(self, name):
             return getattr(np, name)
 
-        def empty(self, shape, *args, **kwargs):
-            CountingNumpy.buffers += len(shape) == 4
+        def empty(self, shape, *args, **kwargs):  # attention's weights and output have one position a step
+            CountingNumpy.buffers += len(shape) == 4 and shape[2] >= fast.DEFAULT_ROOM
             return np.empty(shape, *args, **kwargs)
 
     cfg = TransformerConfig(src_vocab_size=13, tgt_vocab_size=11, d_model=16, n_heads=4, n_layers=2, d_ff=32,

@@ -127,7 +127,7 @@ BAD_CONFIG = {
     "layernorm_eps": [0, -1e-5, math.inf, math.nan, True, "1e-5", None, 2.0],
     "n_classes": [0, 2.0, True, 10 ** 8],
     "pooling": ["max", None, ["mean"], 1],
-    "positions": ["rotary", None, 0],
+    "positions": ["spiral", None, 0],
 }
 
 

@@ -1,6 +1,6 @@
 """A student cannot fool the teacher's grader.
 
-Each test builds a student edition, writes a *wrong* LayerNorm backward (the variance term
+Each test builds a student edition, writes a *wrong* RMSNorm backward (the scale term
 left out), tampers with the student's folder the way a student could, and
 grades it the way a teacher does: with the full repository's grader and ``--student``.
 The grader's process never imports the student's code; the student's functions run in a
@@ -22,10 +22,9 @@ from course.fences import build_edition, package_dir
 
 ROOT = package_dir().parent
 
-WRONG_LAYERNORM = """    dbeta = dout.reshape(-1, D).sum(axis=0)
-    dgamma = (dout * xhat).reshape(-1, D).sum(axis=0)
+WRONG_RMSNORM = """    dgamma = (dout * xhat).reshape(-1, D).sum(axis=0)
     g = dout * gamma
-    dx = (g - g.mean(axis=-1, keepdims=True)) * rstd
+    dx = rrms * g
 """
 
 
@@ -33,7 +32,7 @@ WRONG_LAYERNORM = """    dbeta = dout.reshape(-1, D).sum(axis=0)
 def pristine(tmp_path_factory):
     out = tmp_path_factory.mktemp("tamper") / "edition"
     build_edition(out)
-    _implement(out, "numpytransformer/core/layernorm.py", "Exercise 6.1:", WRONG_LAYERNORM)
+    _implement(out, "numpytransformer/core/rmsnorm.py", "Exercise 6.1:", WRONG_RMSNORM)
     return out
 
 
@@ -68,9 +67,9 @@ def _self_check(student_dir: Path, exercise_id: str = "6.1") -> str:
     return r.stdout
 
 
-def test_the_wrong_layernorm_fails(student):
+def test_the_wrong_rmsnorm_fails(student):
     result = _grade(student)
-    assert result.status == "failed" and "variance, missing?" in result.detail, result.line
+    assert result.status == "failed" and "root mean square, missing?" in result.detail, result.line
 
 
 def test_rel_error_returning_zero_does_not_pass(student):
@@ -102,7 +101,7 @@ def test_replaced_check_and_helper_functions_in_the_students_package_do_not_pass
     (student / "course" / "probe.py").write_text(
         "import sys, json\nif __name__ == '__main__':\n    open(sys.argv[4], 'w').write(json.dumps({'status': 'ok'}))\n",
         encoding="utf-8")
-    assert "6.1 layernorm_backward ... passed" in _self_check(student)
+    assert "6.1 rmsnorm_backward ... passed" in _self_check(student)
     result = _grade(student)
     assert result.status == "failed" and "dx" in result.detail, result.line
 
@@ -121,14 +120,14 @@ def _forge():
     _Path(_sys.argv[4]).write_text(_json.dumps({"status": "ok"}))
 _atexit.register(_forge)
 """)
-    assert "6.1 layernorm_backward ... passed" in _self_check(student)   # the public cases are forged...
+    assert "6.1 rmsnorm_backward ... passed" in _self_check(student)   # the public cases are forged...
     result = _grade(student)                                               # ...the teacher's are not those
     assert result.status == "failed", result.line
 
 
 def test_each_check_has_a_time_limit(student):
-    _implement(student, "numpytransformer/core/relu.py", "Exercise 1.2:", "    while True:\n        pass\n")
-    result = _grade(student, "1.2", timeout=2.0)
+    _implement(student, "numpytransformer/core/gelu.py", "Exercise 1.1:", "        while True:\n            pass\n")
+    result = _grade(student, "1.1", timeout=2.0)
     assert result.status == "failed" and "time limit" in result.detail, result.line
 
 
@@ -140,6 +139,6 @@ def test_the_teachers_command_line_grades_the_students_folder(student, tmp_path)
                         "--json", str(results)], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "with the grader in" in r.stdout and "cases drawn with --seed" in r.stdout
-    assert "6.1 layernorm_backward ... FAILED" in r.stdout
-    assert "6.2 ffn_backward ... not yet implemented" in r.stdout
+    assert "6.1 rmsnorm_backward ... FAILED" in r.stdout
+    assert "6.2 swiglu_backward ... not yet implemented" in r.stdout
     assert '"score": 0' in results.read_text()

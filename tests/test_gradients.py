@@ -5,8 +5,9 @@ absolute error for a gradient that is zero, see ``numpytransformer.core.gradchec
 cases live in dicts keyed by an informative name that doubles as the pytest id, so a
 failure reads ``test_pair_gradients[4.2-attention_forward-causal mask, ...]`` and a script
 can import the dicts to report the largest error of each component. The pairs that an
-exercise grades are checked on the exercises' own cases (``course/trusted.py``), so the
-tests and the grader share one set; the tolerances are ``numpytransformer.core.gradcheck``'s.
+exercise grades (the siblings) are checked on the exercises' own cases (``course/trusted.py``),
+so the tests and the grader share one set; the pairs the lessons derive on theirs
+(``tests/lesson_cases.py``); the tolerances are ``numpytransformer.core.gradcheck``'s.
 
 All checks run in float64 with ``h = 1e-5``.
 """
@@ -33,6 +34,7 @@ from numpytransformer.errors import NumpyTransformerError
 from numpytransformer.nn.modules import FeedForward
 from numpytransformer.core.feedforward import ffn_backward, ffn_forward
 from course import trusted
+from lesson_cases import LESSON_PAIRS, pair_cases as lesson_pair_cases
 from numpytransformer.core.gradcheck import (
     KINK_TOL,
     SMOOTH_TOL,
@@ -139,6 +141,14 @@ def region_embedding_case():
                       ids=np.array([[1, 2, 3, 4, 5], [6, 1, PAD, PAD, PAD]]), scale=2.0, pad_id=PAD)
 
 
+def _lesson_case(key: str, case: trusted.Case):
+    """A gradient-check case of a pair a lesson derives (``tests/lesson_cases.py``), run by the public check."""
+    module, forward, backward = LESSON_PAIRS[key]
+    lib = __import__(f"numpytransformer.{module}", fromlist=["_"])
+    return lambda: check_pair(getattr(lib, forward), getattr(lib, backward), {k: v.copy() for k, v in case.inputs.items()},
+                              list(case.wrt), seed=case.seed, **case.static)
+
+
 def _exercise_case(exercise_id: str, j: int, case: trusted.Case):
     """A gradient-check case of the exercises (``trusted.pair_cases``, the one set), run by the public check."""
     _, module, names = trusted.PROBES[exercise_id]
@@ -155,6 +165,8 @@ PAIR_CASES = {
        for exercise_id, (kind, _, names) in trusted.PROBES.items() if kind == "pair"
        for j in range(len(names) // 2)
        for case in trusted.pair_cases(exercise_id) if case.reference == "numeric"},
+    **{f"lesson-{LESSON_PAIRS[key][1]}-{case.name}": (_lesson_case(key, case), case.tol)
+       for key in LESSON_PAIRS for case in lesson_pair_cases(key) if case.reference == "numeric"},
     "dropout-fixed-mask": (dropout_case, SMOOTH_TOL),
     "positional": (positional_case, SMOOTH_TOL),
     "mean-pool": (mean_pool_case, SMOOTH_TOL),

@@ -24,11 +24,10 @@ from course.hints import FORMULAS, STUDENT_EDITION
 
 ROOT = package_dir().parent
 IDS = [e.id for e in EXERCISES]
-WRONG_DW = ("dW = x2.T @ d2\n", "dW = x2.T @ d2 * 2\n")  # exercise 1.1 with a factor 2 in dW
-WRONG_LAYERNORM = """    dbeta = dout.reshape(-1, D).sum(axis=0)
-    dgamma = (dout * xhat).reshape(-1, D).sum(axis=0)
+WRONG_DV = ("    dx = dx1 + dxv\n", "    dx = dx1 + dxv\n    dV = 2 * dV\n")  # exercise 6.2 with a factor 2 in dV
+WRONG_RMSNORM = """    dgamma = (dout * xhat).reshape(-1, D).sum(axis=0)
     g = dout * gamma
-    dx = (g - g.mean(axis=-1, keepdims=True)) * rstd
+    dx = rrms * g
 """
 
 
@@ -66,10 +65,10 @@ def _implement(root: Path, exercise_id: str, code: str) -> None:
 
 @pytest.fixture(scope="module")
 def complete(tmp_path_factory):
-    """A student's folder with every exercise done (the reference code), and 1.1's dW doubled."""
+    """A student's folder with every exercise done (the reference code), and 6.2's dV doubled."""
     out = tmp_path_factory.mktemp("complete") / "student"
     build_edition(out, solved=IDS)
-    _replace(out / BY_ID["1.1"].file, *WRONG_DW)
+    _replace(out / BY_ID["6.2"].file, *WRONG_DV)
     return out
 
 
@@ -87,48 +86,51 @@ def _by_exercise(doc: dict) -> dict:
 
 
 # ---- each exercise on its own, partial credit by case ----------------------------------------
-def test_a_wrong_linear_backward_fails_exercise_1_1_alone(complete, tmp_path):
-    """The teacher's grader on a complete folder with a wrong dW: 1.1 loses the dW cases, nothing else."""
+def test_a_wrong_swiglu_backward_fails_exercise_6_2_alone(complete, tmp_path):
+    """The teacher's grader on a complete folder with a wrong dV: 6.2 loses the dV cases, nothing else."""
     results = tmp_path / "results.json"
     r = _run(["check", "--student", str(complete), "--json", str(results)], ROOT)
     assert r.returncode == 1, r.stdout + r.stderr
     lines = [ln for ln in r.stdout.splitlines() if ln.split(" ")[0] in BY_ID]
-    assert lines[0].startswith("1.1 linear_backward ... FAILED: dW: relative error 5.0e-01"), r.stdout
-    assert all(" ... passed (" in ln for ln in lines[1:]), r.stdout
+    assert [ln for ln in lines if " ... passed (" not in ln] == [next(ln for ln in lines if ln.startswith("6.2 "))]
+    assert "6.2 swiglu_backward ... FAILED: dV: relative error 5.0e-01" in r.stdout, r.stdout
+    assert "P project ... graded by your teacher" in r.stdout
     doc = json.loads(results.read_text())
     scores = _by_exercise(doc)
     assert list(scores) == IDS
     for e in EXERCISES:
         assert scores[e.id][1] == pytest.approx(e.points, abs=1e-3), e.id
-        if e.id != "1.1":
+        if e.id != "6.2":
             assert scores[e.id][0] == pytest.approx(e.points, abs=1e-3), e.id
-    # 1.1's cases: dx, dW and db in three shapes; only the three dW cases fail.
-    cases = scores["1.1"][2]
-    assert len(cases) == 9
+    # 6.2's cases: dx, dW1, dV and dW2 in two shapes; only the two dV cases fail.
+    cases = scores["6.2"][2]
+    assert len(cases) == 8
     failed = [t["name"] for t in cases if t["status"] == "failed"]
-    assert len(failed) == 3 and all(": dW [" in n for n in failed), failed
+    assert len(failed) == 2 and all(": dV [" in n for n in failed), failed
     assert all("relative error 5.0e-01" in t["output"] for t in cases if t["status"] == "failed")
-    assert scores["1.1"][0] == pytest.approx(5 * 6 / 9, abs=1e-3)
-    assert doc["score"] == pytest.approx(sum(e.points for e in EXERCISES) - 5 * 3 / 9, abs=0.01)
+    assert scores["6.2"][0] == pytest.approx(10 * 6 / 8, abs=1e-3)
+    assert doc["score"] == pytest.approx(sum(e.points for e in EXERCISES) - 10 * 2 / 8, abs=0.01)
     assert doc["max_score"] == sum(e.points for e in EXERCISES)
 
 
-def test_without_the_reference_code_swapped_in_the_bug_would_cost_more(complete, monkeypatch):
-    """What the test above proves: 6.2 runs 1.1's code, and passes only because the reference's is swapped in."""
-    assert "1.1" in checks.depends_on("6.2") and "1.1" in checks.depends_on("7.1")
-    assert checks.run_check("6.2", complete, salt=3).status == "passed"
+def test_without_the_reference_code_swapped_in_the_bug_would_cost_more(tmp_path, monkeypatch):
+    """5.2 runs 3.2's rotary_backward: with 3.2 wrong, 5.2 passes only because the reference's is swapped in."""
+    folder = tmp_path / "student"
+    build_edition(folder, solved=IDS)
+    _replace(folder / BY_ID["3.2"].file, "dx_odd = -d_even * sin + d_odd * cos", "dx_odd = d_even * sin + d_odd * cos")
+    assert "3.2" in checks.depends_on("5.2")
+    assert checks.run_check("5.2", folder, salt=3).status == "passed"
     monkeypatch.setattr(checks, "reference_swaps", lambda exercise_id: [])
-    result = checks.run_check("6.2", complete, salt=3)
-    assert result.status == "failed" and "dW1" in result.detail, result.line
-    assert 0 < result.score < BY_ID["6.2"].points  # partial: dx and the biases are still right
+    result = checks.run_check("5.2", folder, salt=3)
+    assert result.status == "failed" and "positions rotary" in result.detail, result.line
+    assert 0 < result.score < BY_ID["5.2"].points  # partial: the cases without rotary positions are still right
 
 
-def test_a_right_decoder_layer_passes_the_cases_of_a_seed_that_puts_a_kink_within_the_step(complete):
-    """--seed 1003188327 draws 7.2 cases where a ReLU input of the feed-forward lies within the step of
-    finite differences (which then miss ffn.W1 by 6e-2): the layers' expected gradients are the
-    library's own backward, so a correct layer passes them (it failed before)."""
-    r = _run(["check", "7.2", "--student", str(complete), "--seed", "1003188327"], ROOT)
-    assert r.returncode == 0 and "7.2 Residual.backward, DecoderLayer.backward ... passed" in r.stdout, r.stdout
+def test_a_right_block_passes_fresh_cases(complete):
+    """7.1's expected gradients are the library's own backward (finite differences would meet a ReLU kink
+    within their step on some seeds): a correct block passes the cases of any seed."""
+    r = _run(["check", "7.1", "--student", str(complete), "--seed", "1003188327"], ROOT)
+    assert r.returncode == 0 and "7.1 ParallelBlock.backward ... passed" in r.stdout, r.stdout
 
 
 def test_every_check_names_its_cases():
@@ -150,15 +152,24 @@ def _mistake(tmp_path: Path, exercise_id: str, old: str, new: str) -> Path:
     return folder
 
 
+def test_a_ring_may_list_the_messages_of_a_step_in_any_order(tmp_path):
+    """The contract leaves the order of a step's messages open: the ranks visited the other way round pass."""
+    folder = _mistake(tmp_path, "13.2", "        for r in range(N):\n            left, i = (r - 1) % N, (r - s) % N",
+                      "        for r in reversed(range(N)):\n            left, i = (r - 1) % N, (r - s) % N")
+    result = checks.run_check("13.2", folder, salt=5)
+    assert result.status == "passed", result.detail
+
+
 @pytest.mark.parametrize("exercise_id, old, new, failing, passing", [
-    ("7.2", "dx = dout + self.norm.backward(dsub)", "dx = self.norm.backward(dsub)", "[pre-LN", "[post-LN"),
-    ("9.2", "lengths = np.take_along_axis(lengths, beam, axis=1) + ~was_finished",
-     "lengths = np.take_along_axis(lengths, beam, axis=1) + 1", "beam_search, sentence ", "beam_size 1,"),
-    ("11.1", "std = values.std(ddof=1)", "std = values.std()", "std [", "mean ["),
-    ("12.2", "    u = rng.random()\n", "    u = 0.5\n", "draws of sample_from [", "next_token_probs ["),
+    ("5.2", "dk = dk.reshape(B, H_kv, H // H_kv, T, Dh).sum(axis=2)",
+     "dk = dk.reshape(B, H_kv, H // H_kv, T, Dh).mean(axis=2)", "dW_k [", "n_kv_heads 4,"),
+    ("9.2", "if t < min_len:", "if t <= min_len:", "banned [t at min_len", "banned [t after min_len"),
+    ("12.2", "positions = np.arange(held, held + x.shape[1])", "positions = np.arange(x.shape[1])",
+     "positions 3..3]", "positions 0..2]"),
+    ("13.1", "chunks[r][i] = chunks[r][i] + sent[left]", "chunks[r][i] = sent[left]", "chunks [3 ranks", "messages ["),
 ])
 def test_the_back_half_earns_partial_credit_by_case(tmp_path, exercise_id, old, new, failing, passing):
-    """A typical mistake in a new exercise fails the cases it breaks, each named, and no more: what the
+    """A typical mistake fails the cases it breaks, each named, and no more: what the
     exercise needs runs as the reference's, and the cases the mistake leaves right keep their share."""
     result = checks.run_check(exercise_id, _mistake(tmp_path, exercise_id, old, new), salt=5)
     failed = [entry for entry, passed, _ in result.cases if not passed]
@@ -171,11 +182,11 @@ def test_the_back_half_earns_partial_credit_by_case(tmp_path, exercise_id, old, 
 def test_a_file_that_does_not_compile_costs_only_the_exercises_in_it(complete, tmp_path):
     folder = tmp_path / "student"
     shutil.copytree(complete, folder)
-    with open(folder / BY_ID["1.1"].file, "a", encoding="utf-8") as f:
+    with open(folder / BY_ID["3.2"].file, "a", encoding="utf-8") as f:
         f.write("\ndef broken(:\n")
-    result = checks.run_check("1.1", folder, salt=3)
+    result = checks.run_check("3.2", folder, salt=3)
     assert result.status == "failed" and "SyntaxError" in result.detail and result.score == 0, result.line
-    for exercise_id in ("1.2", "6.2", "4.2"):  # 6.2 runs 1.1's code: the reference's, in a file that compiles
+    for exercise_id in ("6.1", "5.2", "4.2"):  # 5.2 runs 3.2's code: the reference's, in a file that compiles
         result = checks.run_check(exercise_id, folder, salt=3)
         assert result.status == "passed", result.line
 
@@ -194,9 +205,9 @@ def test_every_exercise_is_graded_on_its_own_in_an_otherwise_empty_folder(tmp_pa
 def test_a_student_edition_grades_with_the_students_own_code_for_what_an_exercise_needs(tmp_path):
     """A student edition has no reference code to swap in: its self-check says which exercise comes first."""
     folder = tmp_path / "edition"
-    build_edition(folder, solved=["6.2"])
-    r = _run(["check", "6.2"], folder)
-    assert "6.2 ffn_backward ... not yet implemented (needs Exercise 1.1 first)" in r.stdout, r.stdout
+    build_edition(folder, solved=["3.2"])
+    r = _run(["check", "3.2"], folder)
+    assert "3.2 rotary_backward ... not yet implemented (needs Exercise 3.1 first)" in r.stdout, r.stdout
 
 
 # ---- hints in steps ---------------------------------------------------------------------------
@@ -205,13 +216,13 @@ def test_hints_come_in_steps(tmp_path):
     after several failed attempts (counted in the student's folder) or with --hints full."""
     folder = tmp_path / "edition"
     build_edition(folder)
-    _implement(folder, "6.1", WRONG_LAYERNORM)
-    variance = FORMULAS["6.1"]["variance"]
+    _implement(folder, "6.1", WRONG_RMSNORM)
+    variance = FORMULAS["6.1"]["scale"]
     outputs = [_run(["check", "6.1"], folder).stdout for _ in range(4)]
     first, second, _, fourth = outputs
-    assert "6.1 layernorm_backward ... FAILED: dx: relative error" in first, first
+    assert "6.1 rmsnorm_backward ... FAILED: dx: relative error" in first, first
     assert "orthogonal" not in first and "missing?" not in first
-    assert "FAILED: dx is not orthogonal to x_hat" in second and "missing?" not in second, second
+    assert "FAILED: dx is not orthogonal to x" in second and "missing?" not in second, second
     assert variance not in fourth  # the student edition's grader has no formula-level hints
     assert json.loads((folder / ".grader_attempts.json").read_text()) == {"6.1": 4}
     teacher = _run(["check", "6.1", "--student", str(folder)], ROOT).stdout  # 4 failed attempts: step 3
@@ -250,42 +261,40 @@ def test_the_checks_take_their_formula_level_hints_from_hints_py():
                 literal.append(f"line {node.lineno}")
     assert not literal, literal
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "formula"]
-    assert len(calls) > 20
+    assert len(calls) > 10
 
 
 # ---- release ----------------------------------------------------------------------------------
 def test_release_writes_only_the_chosen_solutions_into_the_students_folder(tmp_path, capsys):
     folder = tmp_path / "student"
     build_edition(folder)
-    _implement(folder, "1.2", _fence_code("1.2").replace("\n", "  # mine\n", 1))  # the student's own 1.2
-    _implement(folder, "4.1", "    out = q  # my attempt at 4.1\n    weights = scale = None\n")  # a wrong 4.1
+    _implement(folder, "6.1", _fence_code("6.1").replace("\n", "  # mine\n", 1))  # the student's own 6.1
+    _implement(folder, "3.1", "    out = x  # my attempt at 3.1\n")  # a wrong 3.1
     before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
-    assert main(["release", "4.1,4.2,5.1", "--into", str(folder)]) == 0
+    assert main(["release", "3.1,3.2,5.1", "--into", str(folder)]) == 0
     out = capsys.readouterr().out
-    assert "Released into" in out and "4.1, 4.2, 5.1" in out
+    assert "Released into" in out and "3.1, 3.2, 5.1" in out
     changed = sorted(str(p.relative_to(folder)) for p in before if p.read_bytes() != before[p])
-    # The package files of the three, and the lesson cells that hold their solutions (4.2's derivation,
-    # 5.1's reshape), so that the lessons run on; nothing else.
-    assert changed == ["lessons/04_attention.ipynb", "lessons/05_multihead_attention.ipynb",
-                       "numpytransformer/core/attention.py", "numpytransformer/core/multihead.py"], changed
-    attention = (folder / "numpytransformer" / "core" / "attention.py").read_text()
-    assert "my attempt at 4.1" in attention and "BEGIN SOLUTION" not in attention  # the student's own 4.1 stays
-    assert "Exercise 4.2:" not in attention
-    assert "def attention_forward(" in (folder / "numpytransformer" / "core" / "attention.solution.py").read_text()
-    assert "kept as you wrote it" in out and "attention.solution.py" in out
-    multihead = (folder / "numpytransformer" / "core" / "multihead.py").read_text()
-    assert "Exercise 5.1:" not in multihead and "Exercise 5.2:" in multihead  # 5.2 was not released
-    # Every line outside the released functions is the student's, in order.
-    old = before[folder / "numpytransformer" / "core" / "multihead.py"].decode().splitlines()
-    new = multihead.splitlines()
+    assert changed == ["numpytransformer/core/gqa.py", "numpytransformer/core/rotary.py"], changed
+    rotary = (folder / "numpytransformer" / "core" / "rotary.py").read_text()
+    assert "my attempt at 3.1" in rotary and "BEGIN SOLUTION" not in rotary  # the student's own 3.1 stays
+    assert "Exercise 3.2:" not in rotary
+    assert "def rotary_forward(" in (folder / "numpytransformer" / "core" / "rotary.solution.py").read_text()
+    assert "kept as you wrote it" in out and "rotary.solution.py" in out
+    gqa = (folder / "numpytransformer" / "core" / "gqa.py").read_text()
+    assert "Exercise 5.1:" not in gqa and "Exercise 5.2:" in gqa  # 5.2 was not released
+    old = before[folder / "numpytransformer" / "core" / "gqa.py"].decode().splitlines()
+    new = gqa.splitlines()
     assert [ln for ln in old if "Exercise 5.1:" not in ln] == [ln for ln in new if ln in old]
-    assert "# mine" in (folder / "numpytransformer" / "core" / "relu.py").read_text()
+    assert "# mine" in (folder / "numpytransformer" / "core" / "rmsnorm.py").read_text()
     r = _run(["check"], folder)
     passed = {ln.split(" ")[0] for ln in r.stdout.splitlines() if " ... passed (" in ln}
-    assert passed == {"1.2", "5.1"}, r.stdout  # 4.2 runs the student's 4.1
+    assert passed == {"5.1", "6.1"}, r.stdout  # 3.2 runs the student's 3.1
 
 
 def test_releasing_every_solution_gives_the_package_that_build_solved_gives(tmp_path, capsys):
+    """Two fences in one function (1.1 and 1.2 in gelu_backward) and one exercise in two functions (2.1)
+    are released whole; the lessons are the same in every edition."""
     build_edition(tmp_path / "released")
     build_edition(tmp_path / "solved", solved=IDS)
     assert main(["release", ",".join(IDS), "--into", str(tmp_path / "released")]) == 0
@@ -294,61 +303,28 @@ def test_releasing_every_solution_gives_the_package_that_build_solved_gives(tmp_
                  *sorted((tmp_path / "solved" / "lessons").glob("*.ipynb"))]:
         rel = path.relative_to(tmp_path / "solved")
         assert (tmp_path / "released" / rel).read_bytes() == path.read_bytes(), rel
-
-
-def test_release_puts_the_lesson_cells_back_by_id_and_keeps_the_students_own_cells(tmp_path):
-    folder = tmp_path / "student"
-    build_edition(folder)
-    path = folder / "lessons" / "06_layernorm_ffn_residual.ipynb"
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    mine = {"cell_type": "markdown", "id": "mine0001", "metadata": {}, "source": "my answer to question 1"}
-    nb["cells"].insert(0, mine)  # a cell of the student's own shifts every index
-    path.write_text(json.dumps(nb), encoding="utf-8")
-    assert any("06_layernorm" in line for line in release(["6.1"], folder))
-    after = json.loads(path.read_text(encoding="utf-8"))
-    assert after["cells"][0] == mine and len(after["cells"]) == len(nb["cells"])
-    teacher = json.loads((ROOT / "lessons" / path.name).read_text(encoding="utf-8"))
-    hidden = [c["id"] for c in teacher["cells"] if c.get("metadata", {}).get("solution", {}).get("exercise") == "6.1"]
-    build_edition(tmp_path / "solved", solved=["6.1"])  # the cells as an edition with 6.1 solved shows them
-    solved = json.loads((tmp_path / "solved" / "lessons" / path.name).read_text(encoding="utf-8"))
-    by_id = {c["id"]: c for c in after["cells"]}
-    assert hidden and all(by_id[c["id"]] == c for c in solved["cells"])
+    assert not list((tmp_path / "released").rglob("*.solution.py"))
 
 
 def test_release_overwrites_no_line_the_student_wrote(tmp_path, capsys):
-    """A student's own line in a lesson cell (lesson 2's `expected = ...`) and their own version of the
-    exercise's function stay as written; the solutions go beside them: a new cell, a .solution.py file."""
+    """A student's own version of one of the exercise's functions (2.1's backward) stays as written, its
+    solution beside it in a .solution.py file; the other function (2.1's forward), untouched, is released."""
     folder = tmp_path / "student"
     build_edition(folder)
-    path = folder / "lessons" / "02_softmax_cross_entropy.ipynb"
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    (mine,) = [c for c in nb["cells"] if "expected = None  # replace None with your expression" in c["source"]]
-    mine["source"] = mine["source"].replace("expected = None  # replace None", "expected = my_expected  # mine")
-    path.write_text(json.dumps(nb), encoding="utf-8")
     losses = folder / BY_ID["2.1"].file
-    (stub,) = [ln for ln in losses.read_text(encoding="utf-8").splitlines(keepends=True) if "Exercise 2.1:" in ln]
-    _replace(losses, stub, "    d = d * 2  # my attempt, unfinished\n" + stub)  # the raise is still there
+    stubs = [ln for ln in losses.read_text(encoding="utf-8").splitlines(keepends=True) if "Exercise 2.1:" in ln]
+    assert len(stubs) == 2
+    _replace(losses, stubs[1], "        d = d * 2  # my attempt, unfinished\n" + stubs[1])  # the raise is still there
     assert main(["release", "2.1", "--into", str(folder)]) == 0
     out = capsys.readouterr().out
-    assert "kept as you wrote" in out and "losses.solution.py" in out and f"cell(s) {nb['cells'].index(mine)} " in out
-    after = json.loads(path.read_text(encoding="utf-8"))
-    ids = [c["id"] for c in after["cells"]]
-    by_id = {c["id"]: c for c in after["cells"]}
-    assert by_id[mine["id"]]["source"] == mine["source"]  # the student's line, as written
-    assert ids[ids.index(mine["id"]) + 1] == mine["id"] + "-solution"
-    solved_dir = tmp_path / "solved"
-    build_edition(solved_dir, solved=["2.1"])
-    solved = {c["id"]: c for c in json.loads((solved_dir / "lessons" / path.name).read_text(encoding="utf-8"))["cells"]}
-    assert by_id[mine["id"] + "-solution"]["source"] == solved[mine["id"]]["source"]
-    others = [c for c in after["cells"] if c["id"] not in (mine["id"], mine["id"] + "-solution")]
-    assert all(c["source"] == solved[c["id"]]["source"] for c in others)  # the cells the student left: released
-    assert "d = d * 2  # my attempt, unfinished\n" + stub in losses.read_text()
+    assert "kept as you wrote" in out and "losses.solution.py" in out
+    text = losses.read_text()
+    assert "d = d * 2  # my attempt, unfinished\n" + stubs[1] in text and stubs[0] not in text.splitlines(True)
     beside = losses.with_name("losses.solution.py").read_text()
     assert "def softmax_cross_entropy_backward(" in beside and "BEGIN SOLUTION" not in beside
     compile(beside, "losses.solution.py", "exec")
     assert main(["release", "2.1", "--into", str(folder)]) == 0  # again: nothing more is added
     assert losses.with_name("losses.solution.py").read_text() == beside
-    assert [c["id"] for c in json.loads(path.read_text(encoding="utf-8"))["cells"]] == ids
 
 
 @pytest.mark.parametrize("args, fragment", [
@@ -391,47 +367,46 @@ def _run_autograder(root: Path, **env_vars) -> dict:
 
 
 def test_the_gradescope_zip_grades_a_submission_as_gradescope_runs_it(tmp_path, complete, capsys):
+    """An assignment of 6.1 and 6.2, graded by the zip's run_autograder as Gradescope runs it."""
     zip_path = tmp_path / "autograder.zip"
-    assert main(["gradescope", str(zip_path)]) == 0
+    assert main(["gradescope", str(zip_path), "--exercises", "6.1,6.2"]) == 0
     assert "What students upload" in capsys.readouterr().out
     with zipfile.ZipFile(zip_path) as z:
         names = z.namelist()
         modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
     assert "setup.sh" in names and "run_autograder" in names
     assert modes["run_autograder"] & stat.S_IXUSR and modes["setup.sh"] & stat.S_IXUSR
-    assert "course/checks.py" in names and "student_base/numpytransformer/core/linear.py" in names
+    assert "course/checks.py" in names and "student_base/numpytransformer/core/rmsnorm.py" in names
     # setup.sh installs NumPy with pip (not run here); it must at least be valid bash.
     root = _gradescope_root(tmp_path / "flat", zip_path)
     assert subprocess.run(["bash", "-n", str(root / "source" / "setup.sh")]).returncode == 0
 
-    # 1. The edited files alone: a right linear.py, a relu_backward that forgets the mask, and a stray file.
-    shutil.copy2(complete / "numpytransformer" / "core" / "linear.py", root / "submission" / "linear.py")
-    _replace(root / "submission" / "linear.py", WRONG_DW[1], WRONG_DW[0])
+    # 1. The edited files alone: a right rmsnorm.py, a swiglu_backward that stops at W2, and a stray file.
+    shutil.copy2(complete / "numpytransformer" / "core" / "rmsnorm.py", root / "submission" / "rmsnorm.py")
     edition = tmp_path / "edition"
     build_edition(edition)
-    _implement(edition, "1.2", "    return dout\n")
-    shutil.copy2(edition / "numpytransformer" / "core" / "relu.py", root / "submission" / "relu.py")
+    _implement(edition, "6.2", "    dm, dW2, _ = linear_backward(dout, lin2)\n    dx = dW1 = dV = None\n")
+    shutil.copy2(edition / "numpytransformer" / "core" / "swiglu.py", root / "submission" / "swiglu.py")
     (root / "submission" / "notes.txt").write_text("hello")
     doc = _run_autograder(root)
     scores = _by_exercise(doc)
-    assert list(scores) == IDS and doc["max_score"] == sum(e.points for e in EXERCISES)
-    assert scores["1.1"][0] == pytest.approx(5, abs=1e-3)
-    assert scores["1.2"][0] == 0 and "1.2 relu_backward ... FAILED: dx" in doc["output"]
-    assert all(scores[i][0] == 0 for i in IDS if i != "1.1")
-    assert doc["score"] == pytest.approx(5, abs=0.01)
-    assert "linear.py -> numpytransformer/core/linear.py" in doc["output"] and "notes.txt" in doc["output"]
+    assert list(scores) == ["6.1", "6.2"] and doc["max_score"] == 18
+    assert scores["6.1"][0] == pytest.approx(8, abs=1e-3)
+    assert "6.2 swiglu_backward ... FAILED: dx is None" in doc["output"]
+    assert 0 < scores["6.2"][0] < 10  # dW2 is right
+    assert "rmsnorm.py -> numpytransformer/core/rmsnorm.py" in doc["output"] and "notes.txt" in doc["output"]
 
-    # 2. The whole folder, as a zip: every exercise but 1.1's dW cases.
+    # 2. The whole folder, as a zip: 6.1, and 6.2 but its dV cases.
     root = _gradescope_root(tmp_path / "whole", zip_path)
     shutil.make_archive(str(root / "submission" / "mywork"), "zip", complete.parent, complete.name)
     doc = _run_autograder(root)
     scores = _by_exercise(doc)
-    assert all(scores[i][0] == pytest.approx(BY_ID[i].points, abs=1e-3) for i in IDS if i != "1.1")
-    assert scores["1.1"][0] == pytest.approx(5 * 6 / 9, abs=1e-3)
+    assert scores["6.1"][0] == pytest.approx(8, abs=1e-3)
+    assert scores["6.2"][0] == pytest.approx(10 * 6 / 8, abs=1e-3)
 
 
 def test_a_weekly_assignment_grades_its_exercises_with_a_recorded_seed(tmp_path, capsys):
-    """--exercises 1 (lesson 1: 1.1 and 1.2) grades those alone, out of their points. The fresh cases'
+    """--exercises 1 (lesson 1: 1.1 and 1.2, GELU's two forms) grades those alone, out of their points. The fresh cases'
     seed is in results.json; the same seed draws the same cases, another seed others. Public cases are
     visible at once, fresh ones after the due date."""
     zip_path = tmp_path / "week1.zip"
@@ -439,20 +414,20 @@ def test_a_weekly_assignment_grades_its_exercises_with_a_recorded_seed(tmp_path,
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "9.9" in err, err
     assert main(["gradescope", str(zip_path), "--exercises", "1"]) == 0
-    assert "It grades 1.1, 1.2 (8 points)" in capsys.readouterr().out
+    assert "It grades 1.1, 1.2 (10 points)" in capsys.readouterr().out
     edition = tmp_path / "edition"
     build_edition(edition)
-    _implement(edition, "1.2", "    return dout\n")  # wrong by an amount that depends on the case
+    _implement(edition, "1.2", "        dx = dout * cache.gate\n")  # wrong by an amount that depends on the case
 
     def grade(name, **env_vars):
         root = _gradescope_root(tmp_path / name, zip_path)
-        shutil.copy2(edition / BY_ID["1.2"].file, root / "submission" / "relu.py")
+        shutil.copy2(edition / BY_ID["1.2"].file, root / "submission" / "gelu.py")
         return root, _run_autograder(root, **env_vars)
 
     _, first = grade("a", AUTOGRADER_SEED="11")
     _, again = grade("b", AUTOGRADER_SEED="11")
     _, other = grade("c", AUTOGRADER_SEED="12")
-    assert list(_by_exercise(first)) == ["1.1", "1.2"] and first["max_score"] == 8 and first["score"] == 0
+    assert list(_by_exercise(first)) == ["1.1", "1.2"] and first["max_score"] == 10 and first["score"] == 0
     assert first["extra_data"] == {"seed": 11, "exercises": ["1.1", "1.2"]} and "seed 11" in first["output"]
     assert first["tests"] == again["tests"]
     assert first["visibility"] == "visible"
@@ -528,7 +503,7 @@ def _find_reference():
                 if pkg.resolve() == here or any(str(pkg.resolve()).startswith(s) for s in _SKIP):
                     continue
                 try:
-                    if "### BEGIN SOLUTION 1.1" in (pkg / "core" / "linear.py").read_text():
+                    if "### BEGIN SOLUTION 1.1" in (pkg / "core" / "gelu.py").read_text():
                         return pkg
                 except OSError:
                     continue
@@ -575,23 +550,23 @@ def test_the_sandboxed_submission_cannot_read_the_teachers_library(tmp_path, cap
             return root, _run_autograder(root, AUTOGRADER_PYTHON=python, AUTOGRADER_SEED="3", **env_vars)
 
         _, unsandboxed = grade("as-root")  # the test can fail: the cheat works where nothing stops it
-        assert unsandboxed["score"] == pytest.approx(8, abs=0.01), unsandboxed["output"]
+        assert unsandboxed["score"] == pytest.approx(10, abs=0.01), unsandboxed["output"]
         root, doc = grade("sandboxed", AUTOGRADER_SANDBOX_USER="student")
-        assert doc["max_score"] == 8 and doc["score"] == 0, doc["output"]
-        assert "1.1 linear_backward ... not yet implemented" in doc["output"]
-        assert "1.2 relu_backward ... not yet implemented" in doc["output"]
+        assert doc["max_score"] == 10 and doc["score"] == 0, doc["output"]
+        assert "1.1 gelu_backward ... not yet implemented" in doc["output"]
+        assert "1.2 gelu_backward ... not yet implemented" in doc["output"]
         assert stat.S_IMODE((root / "source" / "numpytransformer").stat().st_mode) & 0o077 == 0
     finally:
         shutil.rmtree(where, ignore_errors=True)
 
 
 def test_a_flat_file_goes_to_its_library_file_and_an_ambiguous_name_is_ignored(tmp_path):
-    """A file uploaded alone lands on the library file of its name (exercise 12.3's here). A name that
+    """A file uploaded alone lands on the library file of its name (exercise 12.1's here). A name that
     two library files share and no exercise settles (reverse.py) is ignored, with a note."""
     from course.gradescope import find_student_folder
 
     base = tmp_path / "base"
-    exercise_file = Path(BY_ID["12.3"].file).relative_to("numpytransformer")
+    exercise_file = Path(BY_ID["12.1"].file).relative_to("numpytransformer")
     for rel in ("__init__.py", exercise_file.as_posix(), "tasks/reverse.py", "datasets/reverse.py"):
         (base / rel).parent.mkdir(parents=True, exist_ok=True)
         (base / rel).write_text("# the edition's\n")
@@ -599,9 +574,9 @@ def test_a_flat_file_goes_to_its_library_file_and_an_ambiguous_name_is_ignored(t
     for name in (exercise_file.name, "reverse.py"):
         (tmp_path / "submission" / name).write_text("# mine\n")
     folder, notes = find_student_folder(tmp_path / "submission", tmp_path / "work", base)
-    assert (folder / BY_ID["12.3"].file).read_text() == "# mine\n"
+    assert (folder / BY_ID["12.1"].file).read_text() == "# mine\n"
     assert (folder / "numpytransformer" / "tasks" / "reverse.py").read_text() == "# the edition's\n"
-    assert f"{exercise_file.name} -> {BY_ID['12.3'].file}" in notes[0]
+    assert f"{exercise_file.name} -> {BY_ID['12.1'].file}" in notes[0]
     assert "reverse.py (more than one file has this name" in notes[-1]
 
 

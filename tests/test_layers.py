@@ -2,7 +2,8 @@
 
 From the ground up: the shared checks (``errors.py``, ``validation.py``); ``core/``, the pure
 pairs and their fast forms; ``nn/``, the modules and models; ``training/``; ``text/``;
-``datasets/``; ``tasks/``; then the application (``sweep.py``, then ``cli.py``). The course
+``datasets/``; ``pretrained/`` (Hugging Face directories in and out, which a task may fine-tune);
+``tasks/``; then the application (``sweep.py``, then ``cli.py``). The course
 (``course/``) grades the library from outside it: the library never imports it.
 """
 from __future__ import annotations
@@ -17,14 +18,15 @@ PKG = ROOT / "numpytransformer"
 
 LAYERS = [
     {"errors"},
+    {"files"},
     {"validation"},
     {"core"},
     {"nn"},
     {"training"},
     {"text"},
     {"datasets"},
-    {"tasks"},
     {"pretrained"},
+    {"tasks"},
     {"sweep"},
     {"cli"},
     {"__main__"},

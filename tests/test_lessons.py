@@ -11,8 +11,8 @@ LESSONS = Path(__file__).resolve().parent.parent / "lessons"
 NOTEBOOKS = sorted(LESSONS.glob("[0-9][0-9]_*.ipynb"))
 
 
-def test_thirteen_lessons_numbered_in_order():
-    assert [int(p.name[:2]) for p in NOTEBOOKS] == list(range(1, 14))
+def test_fourteen_lessons_numbered_in_order():
+    assert [int(p.name[:2]) for p in NOTEBOOKS] == list(range(1, 15))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

@@ -21,12 +21,12 @@ from numpytransformer.errors import NumpyTransformerError
 from numpytransformer.core.gradcheck import SMOOTH_TOL, WHOLE_MODEL_TOL, check_module, check_pair, rel_error
 from numpytransformer.nn.gpt import TransformerLM, prefix_mask
 from numpytransformer.core.losses import cross_entropy
-from numpytransformer.training.optim import Adam, NoamSchedule, clip_grad_norm
 from numpytransformer.core.positional import learned_positional_backward, learned_positional_forward
 from numpytransformer.nn.sampling import generate, next_token_probs, sample_from, top_k_filter, top_p_filter
 from numpytransformer.training.settings import ModelSettings
 from numpytransformer.tasks.base import task_class, task_from_dict
 from numpytransformer.tasks.lm import LanguageModelTask, LMData
+from helpers import train_briefly
 
 PARITY_TOL = 1e-10
 
@@ -374,19 +374,7 @@ def test_training_on_the_embedded_corpus_lowers_the_loss():
     """A few seconds: 60 updates of the task's own batches and loss, the trainer's update."""
     task = embedded_task("char")
     model = task.build_model().train()
-    before = task.val_loss(model.eval())["val_loss"]
-    model.train()
-    grads = model.gradients()
-    opt = Adam(model.parameters(), lr=NoamSchedule(16, 20, 1.0))
-    for epoch in range(12):
-        for batch in task.train_batches(epoch):
-            inputs, targets = task.batch_arrays(batch)
-            loss, n, dlogits = task.loss(model.forward(*inputs), targets, 0.0)
-            model.backward(dlogits)
-            clip_grad_norm(grads, 1.0)
-            opt.step(grads)
-            model.zero_grad()
-    after = task.val_loss(model.eval())["val_loss"]
+    before, after = train_briefly(task, model)
     assert before > 3.5 and after < before - 1.0, (before, after)
     text = task.generate(model, "KING:", 40, 0.8, 10, None, 0)
     assert text.startswith("KING:") and len(text) == 45

@@ -40,6 +40,26 @@ def test_pair_gradients(kind, mask_name, tol):
     assert not bad, f"errors above {tol:g}: {bad}"
 
 
+@pytest.mark.parametrize("kind", ["self", "cross"])
+def test_pair_gradients_with_attention_dropout(kind):
+    """Dropped attention weights (a fixed mask, scaled by 1 / (1 - p)) inside the pair."""
+    r = np.random.default_rng(3)
+    inputs = {"x_q": r.standard_normal((2, 4, 6)), **_params(6, 4)}
+    if kind == "cross":
+        inputs["x_kv"] = r.standard_normal((2, 5, 6))
+    keep = (r.random((2, 2, 4, 4 if kind == "self" else 5)) >= 0.3) / 0.7  # (B, H, T, S)
+    wrt = ["x_q", None if kind == "self" else "x_kv", *PARAM_NAMES]
+    kwargs = {"x_kv": None} if kind == "self" else {}
+    errors = check_pair(multihead_attention_forward, multihead_attention_backward, inputs, wrt,
+                        n_heads=2, dropout_p=0.3, drop_mask=keep, **kwargs)
+    bad = {name: err for name, err in errors.items() if not err < SMOOTH_TOL}
+    assert not bad, f"errors above {SMOOTH_TOL:g}: {bad}"
+    out, cache = multihead_attention_forward(inputs["x_q"], inputs.get("x_kv"), **_params(6, 4), n_heads=2,
+                                             dropout_p=0.3, drop_mask=keep)
+    plain, _ = multihead_attention_forward(inputs["x_q"], inputs.get("x_kv"), **_params(6, 4), n_heads=2)
+    assert (cache.att.dropped == 0).any() and not np.allclose(out, plain)  # the mask did drop weights
+
+
 def _module(D=8, H=2, seed=3):
     mha = MultiHeadAttention(D, H, np.random.default_rng(seed))
     for name, value in _params(D, seed + 1).items():

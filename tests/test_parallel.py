@@ -166,6 +166,34 @@ EQUALITY_SCRIPT = textwrap.dedent("""
 """)
 
 
+def test_one_process_sums_and_rows_are_the_identity():
+    comm, a = SingleProcess(), np.arange(6.0)
+    assert comm.allreduce_sum(a) is a and np.array_equal(a, np.arange(6.0))
+    assert comm.my_rows([1, 2, 3]) == [1, 2, 3]
+
+
+@needs_mpi
+def test_two_ranks_share_rows_and_sum_arrays(tmp_path):
+    """Each rank fills its own rows (``my_rows``); one ``allreduce_sum`` gives every rank all of them."""
+    script = tmp_path / "rows.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        import numpy as np
+        from numpytransformer.training.parallel import world
+        comm = world()
+        mine = comm.my_rows(np.arange(5))
+        out = np.zeros((5, 2), dtype=np.float32)
+        out[mine] = mine[:, None] + 1
+        comm.allreduce_sum(out)
+        assert list(mine) == [[0, 2, 4], [1, 3]][comm.rank], mine
+        assert np.array_equal(out, np.arange(1, 6)[:, None].repeat(2, 1)), out
+        open(f"{sys.argv[1]}/rank{comm.rank}", "w").close()
+    """))
+    r = _run([str(script), str(tmp_path)])
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "rank0").exists() and (tmp_path / "rank1").exists()
+
+
 @needs_mpi
 def test_two_ranks_make_the_updates_of_one_process(tmp_path):
     """float64, no dropout, --accum 2, clipping on, a batch of one row: the per-update losses and

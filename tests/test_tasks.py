@@ -9,7 +9,7 @@ from numpytransformer.tasks.translate import BOS, PAD, UNK, TranslateData, Trans
 
 def test_translate_attention_on_an_output_that_runs_to_max_len():
     """An untrained model translates up to max_len tokens without <eos>; the maps of [BOS] + output
-    must still fit the model (the output used to be one token too long for it)."""
+    must still fit the model: the output is cut so that [BOS] + output is at most max_len tokens."""
     task = TranslationTask(TranslateData(dataset="numbers", tokenizer="bpe", bpe_merges=50, n_train=400, n_val=40,
                                          n_test=40, max_number=999, max_len=12),
                            ModelSettings(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0))

@@ -68,7 +68,6 @@ def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Optiona
 
     Derived in lesson 4 (Scaled dot-product attention), §1-4.
     """
-    ### BEGIN SOLUTION 4.1: scale, the masked softmax weights of q k^T * scale, and out = weights v
     scale = q.shape[-1] ** -0.5  # 1 / sqrt(d_k)
     scores = (q @ k.swapaxes(-1, -2)) * scale  # (..., T, S)
     if mask is not None:
@@ -77,7 +76,6 @@ def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Optiona
     if mask is not None:
         weights = weights * mask.any(axis=-1, keepdims=True)  # a fully masked row: no weight at all
     out = weights @ v  # (..., T, d_v)
-    ### END SOLUTION
     return out, AttentionCache(q, k, v, weights, mask, scale)
 
 
@@ -87,12 +85,10 @@ def attention_backward(dout: np.ndarray, cache: AttentionCache):
     The forward is :math:`O = PV`, :math:`P = \\text{softmax}(S)`, :math:`S = c\\,QK^T` masked,
     :math:`c = 1/\\sqrt{d_k}`; the cache holds q, k, v, P, the mask and c.
 
-    .. solution-only::
-
-        :math:`dV = P^T dO` and :math:`dP = dO\\,V^T`; the softmax Jacobian gives
-        :math:`dS = P \\odot (dP - \\text{rowsum}(dP \\odot P))`, zero at masked positions
-        (their scores are constants) and in fully masked rows (where P is 0); finally
-        :math:`dQ = c\\,dS\\,K` and :math:`dK = c\\,dS^T Q`.
+    :math:`dV = P^T dO` and :math:`dP = dO\\,V^T`; the softmax Jacobian gives
+    :math:`dS = P \\odot (dP - \\text{rowsum}(dP \\odot P))`, zero at masked positions
+    (their scores are constants) and in fully masked rows (where P is 0); finally
+    :math:`dQ = c\\,dS\\,K` and :math:`dK = c\\,dS^T Q`.
 
     Derived in lesson 4 (Scaled dot-product attention), §6.
 
@@ -101,12 +97,10 @@ def attention_backward(dout: np.ndarray, cache: AttentionCache):
     dq, dk, dv : ndarrays shaped like q, k, v
     """
     q, k, v, P, mask, scale = cache
-    ### BEGIN SOLUTION 4.2: dq, dk and dv of scaled dot-product attention
     dv = P.swapaxes(-1, -2) @ dout  # (..., S, d_v)
     dP = dout @ v.swapaxes(-1, -2)  # (..., T, S)
     dS = P * (dP - (dP * P).sum(-1, keepdims=True))  # the softmax's Jacobian, row by row
     dS = dS * scale  # the scores were q k^T * scale
     dq = dS @ k  # (..., T, d_k)
     dk = dS.swapaxes(-1, -2) @ q  # (..., S, d_k)
-    ### END SOLUTION
     return dq, dk, dv

@@ -50,12 +50,10 @@ def embedding_forward(ids: np.ndarray, W: np.ndarray, scale: float = 1.0, pad_id
 def embedding_backward(dout: np.ndarray, cache: EmbeddingCache) -> np.ndarray:
     """dW of the lookup ``out = s * W[ids]``.
 
-    .. solution-only::
-
-        Scatter-add: row ``v`` of ``dW`` is ``s`` times the sum of ``dout`` at every position
-        holding ``v``. The lookup is a one-hot matrix product ``out = s * onehot(ids) W``, whose
-        gradient ``s * onehot(ids)^T dout`` is exactly this sum, computed without building the
-        one-hot matrix.
+    Scatter-add: row ``v`` of ``dW`` is ``s`` times the sum of ``dout`` at every position
+    holding ``v``. The lookup is a one-hot matrix product ``out = s * onehot(ids) W``, whose
+    gradient ``s * onehot(ids)^T dout`` is exactly this sum, computed without building the
+    one-hot matrix.
 
     The pad row's gradient is set to zero by choice (the pad vector
     stays fixed), so a finite-difference check agrees there only when ``dout`` is zero
@@ -68,12 +66,10 @@ def embedding_backward(dout: np.ndarray, cache: EmbeddingCache) -> np.ndarray:
     """
     ids, V, scale, pad_id = cache
     D = dout.shape[-1]
-    ### BEGIN SOLUTION 3.1: dW, the scaled scatter-add of dout into the rows named by ids, pad row zero
     dW = np.zeros((V, D), dtype=dout.dtype)
     np.add.at(dW, ids.reshape(-1), scale * dout.reshape(-1, D))  # dW[v] += s * dout at every position holding v
     if pad_id is not None:
         dW[pad_id] = 0
-    ### END SOLUTION
     return dW
 
 

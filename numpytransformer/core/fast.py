@@ -17,6 +17,11 @@ short training run equal on both paths. What they do differently:
 - **Large arrays from a pool** (:func:`empty_reusable`): a fresh array larger than glibc's
   mmap threshold is mapped from the operating system at every call, and every page of it
   faults before any arithmetic; the logits and their softmax are that large.
+- **Attention a block of heads at a time** (:func:`attention_forward`): a few heads' scores are
+  scaled (through q), masked (by adding a bias), softmaxed and multiplied by v while they sit in
+  the CPU's cache, instead of the whole (B, H, T, S) array going through memory at every step.
+- **Selections by arithmetic**: a masked copy (``np.copyto(..., where=)``) runs element by
+  element; GELU's gate takes its side of 0 by a multiplication with the sign instead.
 - **Adam in one reused scratch array** (:func:`adam_step`) instead of six temporaries of each
   parameter's size.
 - **The KV cache grown in a buffer with room** (:func:`append_positions`) instead of copied
@@ -47,7 +52,7 @@ from typing import Dict, Iterator, List, Optional
 
 import numpy as np
 
-from . import attention, feedforward, gelu, layernorm, linear, losses, multihead
+from . import attention, attention_dropout, feedforward, gelu, layernorm, linear, losses, multihead
 from ..errors import NumpyTransformerError
 from .kernels import kernels
 
@@ -56,7 +61,7 @@ __all__ = ["use_fast", "textbook", "enabled", "kernels", "PAIRS", "TEXTBOOK", "O
 
 # ---- BEGIN FAST FORMS (the student edition's fast.py has none: its Modules run the student's pairs) ----
 __all__ += ["row_sums", "softmax", "empty_reusable", "REUSE_BYTES", "linear_forward", "attention_forward",
-            "attention_backward", "multihead_attention_forward", "multihead_attention_backward", "layernorm_forward",
+            "attention_backward", "ATTENTION_CHUNK", "multihead_attention_forward", "multihead_attention_backward", "layernorm_forward",
             "softmax_cross_entropy_forward", "softmax_cross_entropy_backward", "adam_step", "append_positions",
             "DEFAULT_ROOM"]
 
@@ -124,20 +129,55 @@ def linear_forward(x: np.ndarray, W: np.ndarray, b: Optional[np.ndarray]):
     return out, linear.LinearCache(x, W)
 
 
+#: Elements of the scores :func:`attention_forward` turns into weights at a time: a block this
+#: size and its softmax stay in the CPU's cache, where the whole (B, H, T, S) scores would be
+#: streamed through memory at each of the softmax's passes.
+ATTENTION_CHUNK = 1 << 16
+
+
 def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Optional[np.ndarray] = None):
-    """:func:`attention.attention_forward`, the scores turned into weights in their own array."""
+    """:func:`attention.attention_forward`, a block of heads at a time.
+
+    Each block's scores are computed with the scale already in q (a (T, d_k) product instead of
+    a (T, S) one), the mask added as a bias of 0 or :data:`attention.MASK_VALUE` (a masked score
+    becomes MASK_VALUE give or take the rounding of the sum; its exp is 0 either way, and a
+    fully masked row is zeroed as in the pair), and softmaxed in place before its weights are
+    written out and multiplied by v while still in the cache.
+    """
+    dt = q.dtype.type
     scale = q.shape[-1] ** -0.5
-    scores = q @ k.swapaxes(-1, -2)  # (..., T, S)
-    scores *= q.dtype.type(scale)
+    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]) or (1,)  # (..., ) of the stacks
+    T, S = q.shape[-2], k.shape[-2]
+    dtype = np.result_type(q, k, v)
+    weights = np.empty(lead + (T, S), dtype)  # (..., T, S)
+    out = np.empty(lead + (T, v.shape[-1]), dtype)  # (..., T, d_v)
+
+    def stacked(a):  # a view with the stacks' leading shape
+        return np.broadcast_to(a, lead + a.shape[-2:])
+
+    q_all, k_all, v_all = stacked(q), stacked(k), stacked(v)
+    bias = has_key = None
     if mask is not None:
-        np.copyto(scores, q.dtype.type(attention.MASK_VALUE), where=~mask)
-    weights = softmax(scores, out=scores)
-    if mask is not None:
-        has_key = mask.any(axis=-1, keepdims=True)
-        if not has_key.all():
-            weights *= has_key  # fully masked rows: no weight at all
-    out = weights @ v  # (..., T, d_v)
-    return out, attention.AttentionCache(q, k, v, weights, mask, scale)
+        full = mask.reshape((1,) * (len(lead) + 2 - mask.ndim) + mask.shape)  # with the stacks' axes
+        bias = stacked(np.where(full, dt(0), dt(attention.MASK_VALUE)).astype(dtype, copy=False))
+        has_key = full.any(axis=-1, keepdims=True)
+        has_key = None if has_key.all() else np.broadcast_to(has_key, lead + (T, 1))
+    width = max(1, min(lead[-1], ATTENTION_CHUNK // (T * S)))  # heads (the last stacked axis) a block
+    for outer in np.ndindex(*lead[:-1]):
+        for h in range(0, lead[-1], width):
+            at = outer + (slice(h, h + width),)
+            scores = np.matmul(q_all[at] * dt(scale), k_all[at].swapaxes(-1, -2))  # (width, T, S)
+            if bias is not None:
+                scores += bias[at]
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            block = np.divide(scores, row_sums(scores), out=weights[at])
+            if has_key is not None:
+                block *= has_key[at]  # fully masked rows: no weight at all
+            np.matmul(block, v_all[at], out=out[at])
+    shape = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    cache = attention.AttentionCache(q, k, v, weights.reshape(shape + (T, S)), mask, scale)
+    return out.reshape(shape + out.shape[-2:]), cache
 
 
 def attention_backward(dout: np.ndarray, cache):
@@ -154,10 +194,13 @@ def attention_backward(dout: np.ndarray, cache):
 
 
 def multihead_attention_forward(x_q, x_kv, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, n_heads: int,
-                                mask: Optional[np.ndarray] = None):
+                                mask: Optional[np.ndarray] = None, dropout_p: float = 0.0,
+                                rng: Optional[np.random.Generator] = None, drop_mask: Optional[np.ndarray] = None):
     """:func:`multihead.multihead_attention_forward` with the projections fused: one product with
     ``[W_q W_k W_v]`` (self-attention) or ``[W_k W_v]`` (over the memory), the fast linear and
-    attention forms inside. The cache is the pair's, so either backward takes it."""
+    attention forms inside. The cache is the pair's, so either backward takes it. With ``dropout_p``
+    the attention is the textbook :func:`~numpytransformer.core.attention_dropout.attention_dropout_forward`
+    (only training drops weights; the projections stay fused)."""
     H, split, LinearCache = n_heads, multihead.split_heads, linear.LinearCache
     if x_kv is None:
         qkv, _ = linear_forward(x_q, np.concatenate([W_q, W_k, W_v], axis=1), np.concatenate([b_q, b_k, b_v]))
@@ -168,7 +211,10 @@ def multihead_attention_forward(x_q, x_kv, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_
         kv, _ = linear_forward(x_kv, np.concatenate([W_k, W_v], axis=1), np.concatenate([b_k, b_v]))  # (B, S, 2D)
         k, v = (split(a, H) for a in np.split(kv, 2, axis=-1))  # 2 x (B, H, S, D/H)
         keys_from = x_kv
-    att, att_cache = attention_forward(q, k, v, mask)  # (B, H, T, D/H)
+    if dropout_p:
+        att, att_cache = attention_dropout.attention_dropout_forward(q, k, v, mask, dropout_p, rng, True, drop_mask)
+    else:
+        att, att_cache = attention_forward(q, k, v, mask)  # (B, H, T, D/H)
     out, out_cache = linear_forward(multihead.merge_heads(att), W_o, b_o)  # (B, T, D)
     return out, multihead.MHACache(LinearCache(x_q, W_q), LinearCache(keys_from, W_k), LinearCache(keys_from, W_v),
                                    att_cache, out_cache, H, x_kv is None)
@@ -181,7 +227,9 @@ def multihead_attention_backward(dout: np.ndarray, cache):
     q_cache, k_cache, v_cache, att_cache, out_cache, H, self_attention = cache
     merge, linear_backward, LinearCache = multihead.merge_heads, linear.linear_backward, linear.LinearCache
     dmerged, dW_o, db_o = linear_backward(dout, out_cache)
-    dq, dk, dv = attention_backward(multihead.split_heads(dmerged, H), att_cache)  # 3 x (B, H, T or S, D/H)
+    dropped = isinstance(att_cache, attention_dropout.AttentionDropoutCache)
+    attend_backward = attention_dropout.attention_dropout_backward if dropped else attention_backward
+    dq, dk, dv = attend_backward(multihead.split_heads(dmerged, H), att_cache)  # 3 x (B, H, T or S, D/H)
     if self_attention:
         W = np.concatenate([q_cache.W, k_cache.W, v_cache.W], axis=1)  # (D, 3D)
         dqkv = np.concatenate([merge(dq), merge(dk), merge(dv)], axis=-1)  # (B, T, 3D)
@@ -244,7 +292,7 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, pad_i
 def softmax_cross_entropy_backward(dloss: float, cache) -> np.ndarray:
     """:func:`losses.softmax_cross_entropy_backward`, written into the cached probabilities: the
     cache is spent (``cross_entropy`` takes one gradient per forward)."""
-    d, t, valid, n_valid, eps, shape = cache
+    d, t, valid, n_valid, eps, shape = cache[:6]  # no z-loss here: cross_entropy runs the textbook pair for one
     V = d.shape[1]
     if n_valid == 0:
         d.fill(0)
@@ -315,18 +363,36 @@ def _erfc_chebyshev(degree: int = 24) -> np.ndarray:
 
 
 _ERFC_COEF = _erfc_chebyshev()
-#: The terms each dtype needs: a float32 result cannot see a term below 1e-8.
-_ERFC_TERMS = {np.dtype(np.float64): _ERFC_COEF,
-               np.dtype(np.float32): _ERFC_COEF[:int(np.nonzero(np.abs(_ERFC_COEF) > 1e-8)[0].max()) + 1]}
+#: float32's form: ``erfc(z) ~ s Q(s) exp(-z^2)``, ``s = 1 / (1 + z / 2)``, Q of degree 6.
+_ERFC32_DEGREE = 6
+
+
+def _erfc_float32_fit() -> np.ndarray:
+    """Coefficients of ``Q`` (lowest first), fitted here to :func:`math.erfc` by least squares on the
+    absolute error of erfc at Chebyshev points of ``[0, ERFC_Z_MAX]``. Seven terms fit it to 5e-8, and
+    float32's own rounding keeps the result within 5e-7: what a float32 GELU can use, at a third of the
+    cost of float64's 24-term series."""
+    z = ERFC_Z_MAX / 2 * (1 + np.cos(np.pi * (np.arange(400) + 0.5) / 400))
+    s = 1.0 / (1.0 + 0.5 * z)
+    weight = s * np.exp(-z * z)  # d erfc / d Q: the fit minimises erfc's own error
+    target = np.array([math.erfc(v) for v in z]) / weight
+    basis = np.vander(s, _ERFC32_DEGREE + 1, increasing=True)
+    return np.linalg.lstsq(basis * weight[:, None], target * weight, rcond=None)[0]
+
+
+_ERFC32_COEF = _erfc_float32_fit().astype(np.float32)
 
 
 def erfc(z: np.ndarray, gauss: Optional[np.ndarray] = None) -> np.ndarray:
     """``math.erfc`` for ``z >= 0`` elementwise, vectorised: ``t exp(P(t)) exp(-z^2)`` (see :func:`_erfc_chebyshev`).
 
-    Absolute error below 1e-14 in float64 and 1e-6 in float32 (``tests/test_pretrained_parts.py``).
-    ``gauss``: ``exp(-z^2)`` if the caller has it already.
+    Absolute error below 1e-14 in float64 and 1e-6 in float32 (``tests/test_pretrained_parts.py``);
+    float32 takes the shorter form of :func:`_erfc_float32_fit`. ``gauss``: ``exp(-z^2)`` if the
+    caller has it already (float32's form takes it as given: the caller clips z at ERFC_Z_MAX).
     """
-    coef = _ERFC_TERMS[z.dtype].astype(z.dtype)
+    if z.dtype == np.float32:
+        return _erfc_float32(z, np.exp(-z * z) if gauss is None else gauss)
+    coef = _ERFC_COEF
     z = np.minimum(z, ERFC_Z_MAX)
     t = 2.0 / (2.0 + z)
     u2 = (4.0 * t - 2.0 * (1.0 + _T_MIN)) / (1.0 - _T_MIN)  # 2u, with u = t mapped onto [-1, 1]
@@ -346,25 +412,58 @@ def erfc(z: np.ndarray, gauss: Optional[np.ndarray] = None) -> np.ndarray:
     return exponent
 
 
+def _erfc_float32(z: np.ndarray, gauss: np.ndarray, coef: np.ndarray = _ERFC32_COEF) -> np.ndarray:
+    """``s Q(s) exp(-z^2)`` with ``s = 1 / (1 + z / 2)``, by Horner's rule, in float32 (``coef``: Q's,
+    or a multiple of them for a multiple of erfc)."""
+    f = np.float32
+    s = np.minimum(z, f(ERFC_Z_MAX))
+    s *= f(0.5)
+    s += f(1.0)
+    np.reciprocal(s, out=s)
+    acc = np.multiply(s, coef[-1])
+    for c in coef[-2::-1]:
+        acc += c
+        acc *= s
+    acc *= gauss
+    return acc
+
+
+#: Half of float32's Q: Horner's rule then gives erfc(z) / 2, the tail Phi(-|x|) of GELU's gate.
+_HALF_ERFC32_COEF = _ERFC32_COEF * np.float32(0.5)
+
 #: Elements of x per pass of :func:`gelu_forward`: the dozen temporaries of a pass stay in the
 #: CPU's cache, where a pass over the whole activation would stream each through memory.
 GELU_CHUNK = 1 << 15
 
 
-def _gelu_gate(x: np.ndarray, gate: np.ndarray, density: np.ndarray) -> None:
-    """Write ``Phi(x)`` into ``gate`` and ``phi(x)`` into ``density`` (1-D, of x's size)."""
-    z = np.abs(x) * x.dtype.type(1.0 / math.sqrt(2.0))
-    gauss = np.exp(-z * z)  # exp(-x^2 / 2)
-    half_tail = erfc(z, gauss)
-    half_tail *= 0.5  # Phi(-|x|)
-    np.subtract(1.0, half_tail, out=gate)
-    np.copyto(gate, half_tail, where=x < 0)
-    np.multiply(gauss, x.dtype.type(1.0 / math.sqrt(2.0 * math.pi)), out=density)  # the normal density phi(x)
+def _gelu_chunk(x: np.ndarray, gate: np.ndarray, out: np.ndarray) -> None:
+    """Write ``Phi(x)`` into ``gate`` and ``x Phi(x)`` into ``out`` (1-D, of x's size)."""
+    dt = x.dtype.type
+    z = np.abs(x)
+    z *= dt(1.0 / math.sqrt(2.0))
+    np.minimum(z, dt(ERFC_Z_MAX), out=z)  # past it Phi is 0 or 1 to double precision
+    gauss = np.multiply(z, dt(-1.0))
+    gauss *= z
+    np.exp(gauss, out=gauss)  # exp(-x^2 / 2), or less than 1e-15 past the clip
+    if x.dtype == np.float32:
+        half_tail = _erfc_float32(z, gauss, _HALF_ERFC32_COEF)  # Phi(-|x|)
+    else:
+        half_tail = erfc(z, gauss)
+        half_tail *= 0.5  # Phi(-|x|)
+    # Phi(x) = [x >= 0] - sign(x) Phi(-|x|), exact on both sides; arithmetic, not a masked copy,
+    # which NumPy does element by element
+    negative = np.signbit(x)
+    sign = np.multiply(negative, dt(-2.0))
+    sign += dt(1.0)  # 1 or -1
+    half_tail *= sign
+    np.subtract(dt(1.0), negative, out=gate)
+    gate -= half_tail
+    np.multiply(x, gate, out=out)
 
 
 def gelu_forward(x: np.ndarray, approximate: bool = False):
     """:func:`gelu.gelu_forward`; the exact form with the vectorised :func:`erfc` in place of ``math.erf``,
-    a chunk of :data:`GELU_CHUNK` elements at a time.
+    a chunk of :data:`GELU_CHUNK` elements at a time, its output written while the chunk is in the cache.
 
     ``Phi(x) = erfc(-x / sqrt 2) / 2`` is computed as ``erfc(|x| / sqrt 2) / 2`` for ``x < 0``
     and one minus that for ``x >= 0``, so no large erfc is ever subtracted from 1.
@@ -372,12 +471,11 @@ def gelu_forward(x: np.ndarray, approximate: bool = False):
     if approximate:
         return gelu.gelu_forward(x, True)
     flat = x.reshape(-1)
-    gate, density = np.empty_like(flat), np.empty_like(flat)
+    gate, out = np.empty_like(flat), np.empty_like(flat)
     for i in range(0, flat.size, GELU_CHUNK):
         part = slice(i, i + GELU_CHUNK)
-        _gelu_gate(flat[part], gate[part], density[part])
-    gate, density = gate.reshape(x.shape), density.reshape(x.shape)
-    return x * gate, gelu.GELUCache(x, False, gate, density)
+        _gelu_chunk(flat[part], gate[part], out[part])
+    return out.reshape(x.shape), gelu.GELUCache(x, False, gate.reshape(x.shape))
 
 
 def gelu_ffn_forward(x, W1, b1, W2, b2, approximate: bool = False):

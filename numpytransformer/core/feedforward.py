@@ -49,11 +49,9 @@ def ffn_backward(dout: np.ndarray, cache: FFNCache):
     -------
     dx, dW1, db1, dW2, db2
     """
-    ### BEGIN SOLUTION 6.2: dx, dW1, db1, dW2 and db2, back through W2, the ReLU and W1
     da, dW2, db2 = linear_backward(dout, cache.lin2)
     dh = relu_backward(da, cache.relu)
     dx, dW1, db1 = linear_backward(dh, cache.lin1)
-    ### END SOLUTION
     return dx, dW1, db1, dW2, db2
 
 

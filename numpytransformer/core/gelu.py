@@ -34,7 +34,6 @@ class GELUCache(NamedTuple):
     x: np.ndarray
     approximate: bool
     gate: np.ndarray  # Phi(x) (exact) or (1 + tanh(u)) / 2 (tanh form), shaped like x
-    dgate: np.ndarray  # d gate / dx, shaped like x
 
 
 def gelu_forward(x: np.ndarray, approximate: bool = False):
@@ -62,19 +61,33 @@ def gelu_forward(x: np.ndarray, approximate: bool = False):
         u = TANH_C * (x + TANH_K * x ** 3)
         th = np.tanh(u)
         gate = 0.5 * (1.0 + th)
-        dgate = 0.5 * (1.0 - th ** 2) * TANH_C * (1.0 + 3.0 * TANH_K * x ** 2)  # chain rule through tanh(u(x))
     else:
         gate = 0.5 * (1.0 + erf(x / math.sqrt(2.0)))
-        dgate = np.exp(-0.5 * x ** 2) / math.sqrt(2.0 * math.pi)  # the normal density phi(x)
     out = x * gate
-    return out, GELUCache(x, bool(approximate), gate, dgate.astype(x.dtype))
+    return out, GELUCache(x, bool(approximate), gate)
 
 
 def gelu_backward(dout: np.ndarray, cache: GELUCache) -> np.ndarray:
-    """dx of GELU, shaped like ``x``.
+    """dx of GELU, shaped like ``x``; ``cache.gate`` is the forward's ``g(x)``.
 
-    ``out = x g(x)``, so by the product rule ``dout/dx = g(x) + x g'(x)``: for the exact form
-    ``g = Phi`` and ``g' = phi``, the normal density; for the tanh form
-    ``g' = (1 - tanh^2 u) C (1 + 3 K x^2) / 2``. The forward keeps ``g`` and ``g'``.
+    .. solution-only::
+
+        ``out = x g(x)``, so by the product rule ``dout/dx = g(x) + x g'(x)``: for the exact form
+        ``g = Phi`` and ``g' = phi``, the normal density; for the tanh form
+        ``g' = (1 - tanh^2 u) C (1 + 3 K x^2) / 2``.
+
+    Sibling of lesson 1 (Backprop by hand), §4's ReLU backward.
     """
-    return dout * (cache.gate + cache.x * cache.dgate)
+    x = cache.x
+    if cache.approximate:
+        ### BEGIN SOLUTION 1.2: dx of GPT-2's tanh GELU, x (1 + tanh(u)) / 2 with u = C (x + K x^3)
+        th = 2.0 * cache.gate - 1.0  # tanh(u), from the forward's gate
+        dgate = 0.5 * (1.0 - th ** 2) * TANH_C * (1.0 + 3.0 * TANH_K * x ** 2)  # the chain rule through tanh(u(x))
+        dx = dout * (cache.gate + x * dgate)
+        ### END SOLUTION
+    else:
+        ### BEGIN SOLUTION 1.1: dx of the exact GELU, x Phi(x) with Phi the standard normal's distribution function
+        dgate = np.exp(-0.5 * x ** 2) / math.sqrt(2.0 * math.pi)  # the normal density phi(x)
+        dx = dout * (cache.gate + x * dgate)
+        ### END SOLUTION
+    return dx

@@ -48,15 +48,13 @@ def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: f
 def layernorm_backward(dout: np.ndarray, cache: LayerNormCache):
     """Gradients of LayerNorm, :math:`y = \\gamma \\odot \\hat x + \\beta`.
 
-    .. solution-only::
+    :math:`d\\beta = \\sum dout`, :math:`d\\gamma = \\sum dout \\odot \\hat x` (sums over
+    every row). With :math:`g = dout \\odot \\gamma`, differentiating :math:`\\hat x` through
+    the mean and the variance gives
 
-        :math:`d\\beta = \\sum dout`, :math:`d\\gamma = \\sum dout \\odot \\hat x` (sums over
-        every row). With :math:`g = dout \\odot \\gamma`, differentiating :math:`\\hat x` through
-        the mean and the variance gives
+    .. math:: dx = \\frac{1}{\\sqrt{\\sigma^2 + \\epsilon}}\\left(g - \\overline{g} - \\hat x\\, \\overline{g \\odot \\hat x}\\right)
 
-        .. math:: dx = \\frac{1}{\\sqrt{\\sigma^2 + \\epsilon}}\\left(g - \\overline{g} - \\hat x\\, \\overline{g \\odot \\hat x}\\right)
-
-        where the bars are means over the last axis.
+    where the bars are means over the last axis.
 
     Derived in lesson 6 (LayerNorm, the FFN and residuals), §2.
 
@@ -66,10 +64,8 @@ def layernorm_backward(dout: np.ndarray, cache: LayerNormCache):
     """
     xhat, rstd, gamma = cache
     D = xhat.shape[-1]
-    ### BEGIN SOLUTION 6.1: dx, dgamma and dbeta of LayerNorm
     dbeta = dout.reshape(-1, D).sum(axis=0)  # (D,): a sum over every row
     dgamma = (dout * xhat).reshape(-1, D).sum(axis=0)  # (D,)
     g = dout * gamma  # (..., D), the gradient with respect to xhat
     dx = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
-    ### END SOLUTION
     return dx, dgamma, dbeta

@@ -45,11 +45,9 @@ def linear_forward(x: np.ndarray, W: np.ndarray, b: Optional[np.ndarray]):
 def linear_backward(dout: np.ndarray, cache: LinearCache):
     """Gradients of the affine map ``out = x W + b``.
 
-    .. solution-only::
-
-        With every leading axis flattened into N rows, ``out = x W + b`` is a matrix
-        product, so ``dx = dout W^T``, ``dW = x^T dout`` (a sum over rows) and ``db`` is
-        the column sum of ``dout``.
+    With every leading axis flattened into N rows, ``out = x W + b`` is a matrix
+    product, so ``dx = dout W^T``, ``dW = x^T dout`` (a sum over rows) and ``db`` is
+    the column sum of ``dout``.
 
     Derived in lesson 1 (Backprop by hand), §2.
 
@@ -58,13 +56,11 @@ def linear_backward(dout: np.ndarray, cache: LinearCache):
     dx : (..., D_in),  dW : (D_in, D_out),  db : (D_out,)
     """
     x, W = cache
-    ### BEGIN SOLUTION 1.1: dx, dW and db of the affine map out = x W + b
     x2 = x.reshape(-1, x.shape[-1])  # (N, D_in)
     d2 = dout.reshape(-1, dout.shape[-1])  # (N, D_out)
     dx = (d2 @ W.T).reshape(x.shape)
     dW = x2.T @ d2
     db = d2.sum(axis=0)
-    ### END SOLUTION
     return dx, dW, db
 
 

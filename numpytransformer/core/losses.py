@@ -25,11 +25,13 @@ class CrossEntropyCache(NamedTuple):
     n_valid: int
     label_smoothing: float
     shape: tuple  # the logits' shape
+    z_loss: float = 0.0  # the z-loss coefficient (0: none)
+    log_z: Optional[np.ndarray] = None  # (N,) log Z of every row, kept when z_loss > 0
 
 
 def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, pad_id: Optional[int] = None,
-                                  label_smoothing: float = 0.0):
-    """Mean cross-entropy between ``softmax(logits)`` and label-smoothed targets.
+                                  label_smoothing: float = 0.0, z_loss: float = 0.0):
+    """Mean cross-entropy between ``softmax(logits)`` and label-smoothed targets, plus an optional z-loss.
 
     The smoothed target distribution over the V classes is
 
@@ -46,6 +48,16 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, pad_i
     :math:`\\epsilon` on the V-2 classes other than the true one and the pad.
     Derived in lesson 2 (Softmax and cross-entropy), §2 and §5.
 
+    With ``z_loss`` :math:`= c > 0`, PaLM's z-loss (Chowdhery et al., 2022) is added: the squared log
+    of each row's softmax normaliser, :math:`\\log Z_n = \\log \\sum_v e^{z_{n,v}}`, averaged over the
+    same N rows,
+
+    .. math:: L \\mathrel{+}= \\frac{c}{N} \\sum_{n:\\,y_n \\ne \\text{pad}} (\\log Z_n)^2
+
+    which leaves the probabilities free but pulls :math:`\\log Z` towards 0, so that the logits
+    cannot drift to large values (a sibling of lesson 2 §4's cross-entropy: the softmax is the
+    gradient of :math:`\\log Z`).
+
     Parameters
     ----------
     logits : float ndarray, shape (..., V)
@@ -60,6 +72,8 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, pad_i
         Targets equal to it contribute nothing. If every target is pad the loss is
         0 and the gradient is 0 (PyTorch would give NaN).
     label_smoothing : float in [0, 1)
+    z_loss : float >= 0
+        The z-loss coefficient c (PaLM: 1e-4); 0 adds nothing.
 
     Returns
     -------
@@ -81,38 +95,52 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, pad_i
         rows = nll  # not 0 * (-mean log p): a -inf logit makes that mean -inf, and 0 * inf is NaN
     loss = float(rows[valid].sum(dtype=np.float64) / n_valid) if n_valid else 0.0
     probs = np.exp(logp)
-    return loss, CrossEntropyCache(probs, t, valid, n_valid, eps, logits.shape)
+    if not z_loss:
+        return loss, CrossEntropyCache(probs, t, valid, n_valid, eps, logits.shape)
+    ### BEGIN SOLUTION 2.1: PaLM's z-loss: log Z of every row, z_loss times the mean of its square over the counted rows added to the loss; its gradient added to d
+    m = z.max(axis=1, keepdims=True)  # (N, 1); exp(z - m) <= 1 cannot overflow
+    log_z = (m + np.log(np.exp(z - m).sum(axis=1, keepdims=True)))[:, 0]  # (N,)
+    loss += float(z_loss * (log_z[valid] ** 2).sum(dtype=np.float64) / n_valid) if n_valid else 0.0
+    ### END SOLUTION
+    return loss, CrossEntropyCache(probs, t, valid, n_valid, eps, logits.shape, z_loss, log_z)
 
 
 def softmax_cross_entropy_backward(dloss: float, cache: CrossEntropyCache) -> np.ndarray:
     """The fused gradient of softmax followed by cross-entropy, ``dloss * dL/dlogits``.
 
-    .. solution-only::
-
-        It is ``(p - q) / N``: for one row, :math:`\\partial L / \\partial z_v = p_v - q_v` because
-        :math:`\\partial(-\\log p_y)/\\partial z_v = p_v - [v=y]` and :math:`\\sum_v q_v = 1`.
+    It is ``(p - q) / N``: for one row, :math:`\\partial L / \\partial z_v = p_v - q_v` because
+    :math:`\\partial(-\\log p_y)/\\partial z_v = p_v - [v=y]` and :math:`\\sum_v q_v = 1`.
 
     Pad rows get zero. Derived in lesson 2 (Softmax and cross-entropy), §4-5.
+
+    .. solution-only::
+
+        With a z-loss of coefficient c, each counted row adds
+        :math:`\\partial\\, c (\\log Z)^2 / \\partial z_v = 2 c \\log Z \\, p_v` (since
+        :math:`\\partial \\log Z / \\partial z_v = p_v`), divided by N like the cross-entropy.
 
     Returns
     -------
     dlogits : ndarray, shaped like the logits
     """
-    probs, t, valid, n_valid, eps, shape = cache
+    probs, t, valid, n_valid, eps, shape, z_loss, log_z = cache
     d = probs.copy()  # (N, V), the softmax; a copy, so that the cache stays as it was
-    ### BEGIN SOLUTION 2.1: turn d (the softmax) into dloss * dL/dlogits, zero in pad rows
     N, V = d.shape
     dt = d.dtype.type
     is_target = np.arange(V) == t[:, None]  # (N, V)
     q = np.where(is_target, dt(1.0 - eps + eps / V), dt(eps / V))  # the smoothed targets
     weight = valid * (dloss / max(n_valid, 1))  # (N,): 1/N in real rows, 0 in pad rows
     d = (d - q) * weight.astype(d.dtype)[:, None]
-    ### END SOLUTION
+    if z_loss:
+        ### BEGIN SOLUTION 2.1: PaLM's z-loss: log Z of every row, z_loss times the mean of its square over the counted rows added to the loss; its gradient added to d
+        row_weight = valid * (dloss / max(n_valid, 1))  # (N,)
+        d = d + (2.0 * z_loss * log_z * row_weight).astype(d.dtype)[:, None] * probs
+        ### END SOLUTION
     return d.reshape(shape)
 
 
 def cross_entropy(logits: np.ndarray, targets: np.ndarray, pad_id: Optional[int] = None,
-                  label_smoothing: float = 0.0) -> Tuple[float, np.ndarray]:
+                  label_smoothing: float = 0.0, z_loss: float = 0.0) -> Tuple[float, np.ndarray]:
     """Loss and gradient in one call: ``loss, dlogits = cross_entropy(logits, y, pad_id=0)``.
 
     See :func:`softmax_cross_entropy_forward` for the definition. This is the public
@@ -120,7 +148,8 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray, pad_id: Optional[int]
     :class:`~numpytransformer.errors.NumpyTransformerError` naming the bad one:
     ``logits`` a float ndarray (..., V) without NaN or ``+inf``; ``targets`` integers of
     shape (...) in ``[0, V)``; ``pad_id`` None or a class id; ``label_smoothing`` a
-    number in [0, 1).
+    number in [0, 1); ``z_loss`` a number >= 0 (the z-loss coefficient). With a z-loss the
+    textbook pair runs: the fast form has none.
 
     A ``-inf`` logit is a class ruled out, and is allowed where the loss stays finite.
     Where it is not, PyTorch's ``F.cross_entropy`` returns ``inf`` (a ``-inf`` logit at
@@ -129,6 +158,10 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray, pad_id: Optional[int]
     instead, so that an infinite loss cannot pass for a diverged model.
     """
     logits, targets, pad_id, label_smoothing = _check_cross_entropy_args(logits, targets, pad_id, label_smoothing)
+    z_loss = check_real(z_loss, "z_loss", 0.0)
+    if z_loss:
+        loss, cache = softmax_cross_entropy_forward(logits, targets, pad_id, label_smoothing, z_loss)
+        return loss, softmax_cross_entropy_backward(1.0, cache)
     loss, cache = kernels.softmax_cross_entropy_forward(logits, targets, pad_id, label_smoothing)
     return loss, kernels.softmax_cross_entropy_backward(1.0, cache)
 
@@ -161,18 +194,14 @@ def lm_loss_forward(logits: np.ndarray, ids: np.ndarray):
     if ids.shape != (B, T + 1) or ids.dtype.kind not in "iu" or not ids.size or ids.min() < 0 or ids.max() >= V:
         raise NumpyTransformerError(f"ids must be integers in [0, {V}) of shape {(B, T + 1)} (one more than the "
                                     f"logits' positions), got {ids.dtype} of shape {ids.shape}")
-    ### BEGIN SOLUTION 12.3: the mean next-token loss (targets: ids shifted by one) and its gradient dlogits
     targets = ids[:, 1:]  # (B, T): what follows each position
     return softmax_cross_entropy_forward(np.asarray(logits), targets)
-    ### END SOLUTION
 
 
 def lm_loss_backward(dloss: float, cache: CrossEntropyCache) -> np.ndarray:
     """dlogits (B, T, V) of :func:`lm_loss_forward`: the cross-entropy's gradient at every position,
     ``dloss * (p - onehot(next id)) / (B T)``. Derived in lesson 2 (Softmax and cross-entropy), §4."""
-    ### BEGIN SOLUTION 12.3: the mean next-token loss (targets: ids shifted by one) and its gradient dlogits
     return softmax_cross_entropy_backward(dloss, cache)
-    ### END SOLUTION
 
 
 def _check_cross_entropy_args(logits, targets, pad_id, label_smoothing):

@@ -14,6 +14,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from .attention import AttentionCache, attention_backward, attention_forward
+from .attention_dropout import AttentionDropoutCache, attention_dropout_backward, attention_dropout_forward
 from .linear import LinearCache, linear_backward, linear_forward
 
 __all__ = [
@@ -34,9 +35,7 @@ def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
     Derived in lesson 5 (Multi-head attention), §2.
     """
     B, T, D = x.shape
-    ### BEGIN SOLUTION 5.1: split_heads and merge_heads, between (B, T, D) and (B, H, T, D/H)
     return x.reshape(B, T, n_heads, D // n_heads).transpose(0, 2, 1, 3)  # (B, H, T, D/H)
-    ### END SOLUTION
 
 
 def merge_heads(x: np.ndarray) -> np.ndarray:
@@ -45,23 +44,22 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
     Derived in lesson 5 (Multi-head attention), §2.
     """
     B, H, T, Dh = x.shape
-    ### BEGIN SOLUTION 5.1: split_heads and merge_heads, between (B, T, D) and (B, H, T, D/H)
     return x.transpose(0, 2, 1, 3).reshape(B, T, H * Dh)  # (B, T, D)
-    ### END SOLUTION
 
 
 class MHACache(NamedTuple):
     q_cache: LinearCache
     k_cache: LinearCache
     v_cache: LinearCache
-    att: AttentionCache
+    att: AttentionCache  # an AttentionDropoutCache when the weights were dropped
     out_cache: LinearCache
     n_heads: int
     self_attention: bool  # x_kv was None: K and V read x_q
 
 
 def multihead_attention_forward(x_q, x_kv, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, n_heads: int,
-                                mask: Optional[np.ndarray] = None):
+                                mask: Optional[np.ndarray] = None, dropout_p: float = 0.0,
+                                rng: Optional[np.random.Generator] = None, drop_mask: Optional[np.ndarray] = None):
     """Multi-head attention as the paper writes it: three projections, split, attend, merge, project.
 
     .. math:: Q = X_q W_q + b_q,\\quad K = X_{kv} W_k + b_k,\\quad V = X_{kv} W_v + b_v,\\quad
@@ -81,6 +79,11 @@ def multihead_attention_forward(x_q, x_kv, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_
         of W_q, W_k and W_v.
     mask : bool ndarray broadcastable to (B, H, T, S), optional
         True where attention is allowed (see :func:`attention.padding_mask`, :func:`attention.causal_mask`).
+    dropout_p : float in [0, 1)
+        Dropout on the attention weights (BERT's and GPT-2's ``attn_pdrop``): > 0 runs
+        :func:`~numpytransformer.core.attention_dropout.attention_dropout_forward` in place of
+        attention, with ``rng`` (or the fixed ``drop_mask`` (B, H, T, S) of a gradient check).
+        The caller passes 0 in evaluation.
 
     Returns
     -------
@@ -96,7 +99,10 @@ def multihead_attention_forward(x_q, x_kv, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_
     k, k_cache = linear_forward(x_kv, W_k, b_k)  # (B, S, D)
     v, v_cache = linear_forward(x_kv, W_v, b_v)  # (B, S, D)
     q, k, v = split_heads(q, H), split_heads(k, H), split_heads(v, H)  # (B, H, T or S, D/H)
-    att, att_cache = attention_forward(q, k, v, mask)  # (B, H, T, D/H)
+    if dropout_p:
+        att, att_cache = attention_dropout_forward(q, k, v, mask, dropout_p, rng, True, drop_mask)  # (B, H, T, D/H)
+    else:
+        att, att_cache = attention_forward(q, k, v, mask)  # (B, H, T, D/H)
     out, out_cache = linear_forward(merge_heads(att), W_o, b_o)  # (B, T, D)
     return out, MHACache(q_cache, k_cache, v_cache, att_cache, out_cache, H, self_attention)
 
@@ -105,7 +111,8 @@ def multihead_attention_backward(dout: np.ndarray, cache: MHACache):
     """Gradients of :func:`multihead_attention_forward`, the forward's steps in reverse.
 
     The output projection is a linear layer; the merge of heads (a reshape) is undone by a
-    split and the splits by merges; attention is :func:`attention.attention_backward`; each
+    split and the splits by merges; attention is :func:`attention.attention_backward` (or
+    :func:`~numpytransformer.core.attention_dropout.attention_dropout_backward` if the forward dropped weights); each
     projection is a linear layer. K and V read ``x_kv``, so their input gradients add; in
     self-attention Q reads the same ``x``, so all three add. Derived in lesson 5
     (Multi-head attention), §5.
@@ -117,16 +124,15 @@ def multihead_attention_backward(dout: np.ndarray, cache: MHACache):
     dW_q, db_q, dW_k, db_k, dW_v, db_v, dW_o, db_o
     """
     q_cache, k_cache, v_cache, att_cache, out_cache, H, self_attention = cache
-    ### BEGIN SOLUTION 5.2: dx_q, dx_kv and the 8 parameter gradients, in reverse order of the forward
     dmerged, dW_o, db_o = linear_backward(dout, out_cache)
-    dq, dk, dv = attention_backward(split_heads(dmerged, H), att_cache)  # 3 x (B, H, T or S, D/H)
+    attend_backward = attention_dropout_backward if isinstance(att_cache, AttentionDropoutCache) else attention_backward
+    dq, dk, dv = attend_backward(split_heads(dmerged, H), att_cache)  # 3 x (B, H, T or S, D/H)
     dx_q, dW_q, db_q = linear_backward(merge_heads(dq), q_cache)
     dx_k, dW_k, db_k = linear_backward(merge_heads(dk), k_cache)
     dx_v, dW_v, db_v = linear_backward(merge_heads(dv), v_cache)
     dx_kv = dx_k + dx_v
     if self_attention:
         dx_q, dx_kv = dx_q + dx_kv, None
-    ### END SOLUTION
     return dx_q, dx_kv, dW_q, db_q, dW_k, db_k, dW_v, db_v, dW_o, db_o
 
 

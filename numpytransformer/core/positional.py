@@ -24,14 +24,12 @@ def sinusoidal_encoding(max_len: int, d_model: int, dtype=np.float64) -> np.ndar
     Computed in float64 and then cast, so float32 and float64 tables agree to float32 precision.
     Derived in lesson 3 (Token embeddings and positional encoding), §5.
     """
-    ### BEGIN SOLUTION 3.2: pe, the float64 (max_len, d_model) table: sines in even columns, cosines in odd ones
     pos = np.arange(max_len, dtype=np.float64)[:, None]  # (L, 1)
     i2 = np.arange(0, d_model, 2, dtype=np.float64)  # the even indices 2i
     angle = pos / np.power(10000.0, i2 / d_model)  # (L, ceil(D/2))
     pe = np.zeros((max_len, d_model), dtype=np.float64)
     pe[:, 0::2] = np.sin(angle)
     pe[:, 1::2] = np.cos(angle[:, : d_model // 2])
-    ### END SOLUTION
     return pe.astype(dtype)
 
 
@@ -92,11 +90,9 @@ def learned_positional_forward(x: np.ndarray, P: np.ndarray, offset: int = 0):
 def learned_positional_backward(dout: np.ndarray, cache: LearnedPositionalCache):
     """Gradients of the addition ``out = x + P[offset + t]``.
 
-    .. solution-only::
-
-        ``out`` is linear in both: ``dx = dout``. Row ``offset + t`` of the table is added to
-        every sequence of the batch, so its gradient is the sum over the batch of
-        ``dout[:, t]``; rows the forward did not read get zero.
+    ``out`` is linear in both: ``dx = dout``. Row ``offset + t`` of the table is added to
+    every sequence of the batch, so its gradient is the sum over the batch of
+    ``dout[:, t]``; rows the forward did not read get zero.
 
     Derived in lesson 12 (GPT), §4.
 
@@ -107,9 +103,7 @@ def learned_positional_backward(dout: np.ndarray, cache: LearnedPositionalCache)
     """
     max_len, offset = cache
     B, T, D = dout.shape
-    ### BEGIN SOLUTION 12.1: dx and dP of the addition of learned positions; rows the forward did not read get zero
     dP = np.zeros((max_len, D), dtype=dout.dtype)
     dP[offset:offset + T] = dout.sum(axis=0)
     dx = dout
-    ### END SOLUTION
     return dx, dP

@@ -26,12 +26,8 @@ def relu_forward(x: np.ndarray):
 def relu_backward(dout: np.ndarray, cache: ReLUCache) -> np.ndarray:
     """dx of ReLU, shaped like ``x``; at the kink ``x == 0`` the convention is a derivative of 0.
 
-    .. solution-only::
-
-        The derivative is 1 where ``x > 0`` and 0 elsewhere: ``dx = dout * [x > 0]``.
+    The derivative is 1 where ``x > 0`` and 0 elsewhere: ``dx = dout * [x > 0]``.
 
     Derived in lesson 1 (Backprop by hand), §4.
     """
-    ### BEGIN SOLUTION 1.2: dx of ReLU, shaped like x, with derivative 0 at the kink
     return dout * cache.positive
-    ### END SOLUTION

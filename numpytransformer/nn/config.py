@@ -10,7 +10,7 @@ import numpy as np
 from ..errors import NumpyTransformerError
 from ..validation import check_bool, check_int, check_real
 
-__all__ = ["TransformerConfig", "SIZE_LIMITS", "DROPOUT_MAX", "SEED_MAX", "MAX_VALUES"]
+__all__ = ["TransformerConfig", "SIZE_LIMITS", "DROPOUT_MAX", "SEED_MAX", "MAX_VALUES", "with_later_defaults"]
 
 # The one set of limits: TransformerConfig checks them here, and the command line's flags
 # (settings.ModelSettings and the tasks' data settings) take their ranges from them, so the
@@ -101,9 +101,12 @@ class TransformerConfig:
         Classes of :class:`~numpytransformer.nn.models.TransformerClassifier`.
     pooling : "mean" or "first"
         How the classifier summarises a sequence.
-    positions : "sinusoidal" or "learned"
+    positions : "sinusoidal", "learned", "rotary" or "alibi"
         The paper's fixed table, or a learned table of ``max_len`` vectors (GPT's choice;
-        used by :class:`~numpytransformer.nn.gpt.TransformerLM`).
+        used by :class:`~numpytransformer.nn.gpt.TransformerLM`), or no table but positions inside
+        self-attention: rotary queries and keys (:mod:`~numpytransformer.core.rotary`; the language
+        model and :class:`~numpytransformer.nn.bert.EncoderModel`; an even ``d_model / n_heads``) or
+        ALiBi's distance bias (:mod:`~numpytransformer.core.alibi`; the language model).
     causal : bool
         The classifier's encoder masks attention causally, as a language model does: each
         position sees only itself and earlier tokens (to fine-tune a pretrained
@@ -114,9 +117,22 @@ class TransformerConfig:
         k neighbours on each side, one table for each offset (a region embedding: see
         :func:`~numpytransformer.core.embedding.region_embedding_forward`). At most :data:`REGION_MAX`;
         not with ``causal``, as it reads the next tokens. Read by the models with an encoder.
-    activation : "relu", "gelu" or "gelu_tanh"
+    activation : "relu", "gelu", "gelu_tanh" or "swiglu"
         The FFN's nonlinearity: the paper's ReLU, BERT's exact GELU or GPT-2's tanh form of it
-        (:mod:`~numpytransformer.core.gelu`).
+        (:mod:`~numpytransformer.core.gelu`); or the gated FFN of LLaMA, SwiGLU
+        (:mod:`~numpytransformer.core.swiglu`: three matrices, no biases).
+    norm : "layernorm" or "rmsnorm"
+        The normalisation of every sublayer connection and of the final norm: LayerNorm, or RMSNorm
+        (:mod:`~numpytransformer.core.rmsnorm`). BERT's ``embedding_norm`` stays a LayerNorm.
+    n_kv_heads : int, optional
+        Key and value heads, each shared by ``n_heads / n_kv_heads`` query heads (grouped-query
+        attention, :mod:`~numpytransformer.core.gqa`; not in the encoder-decoder). Defaults to
+        ``n_heads``: the paper's multi-head attention.
+    block : "sequential" or "parallel"
+        The language model's blocks: attention then the FFN, each in its residual (the paper, GPT-2),
+        or both read one shared norm of the input and add to it,
+        ``x + attn(norm(x)) + ffn(norm(x))`` (GPT-J, PaLM; :class:`~numpytransformer.nn.blocks.ParallelBlock`),
+        which needs ``norm_first``. Read by :class:`~numpytransformer.nn.gpt.TransformerLM` only.
     attention_dropout : float
         Dropout on the attention weights while training (BERT's ``attention_probs_dropout_prob``,
         GPT-2's ``attn_pdrop``; :mod:`~numpytransformer.core.attention_dropout`), at most :data:`DROPOUT_MAX`.
@@ -157,6 +173,9 @@ class TransformerConfig:
     type_vocab_size: int = 0
     embedding_norm: bool = False
     attention_dropout: float = 0.0
+    norm: str = "layernorm"
+    n_kv_heads: Optional[int] = None
+    block: str = "sequential"
 
     def __post_init__(self) -> None:
         # Every field is checked and normalised to a plain Python value, so a config
@@ -170,6 +189,12 @@ class TransformerConfig:
         if self.d_model % self.n_heads != 0:
             raise NumpyTransformerError(
                 f"TransformerConfig.d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        self.n_kv_heads = check_int(self.n_kv_heads, "TransformerConfig.n_kv_heads", 1, self.n_heads)
+        if self.n_heads % self.n_kv_heads != 0:
+            raise NumpyTransformerError(f"TransformerConfig.n_kv_heads={self.n_kv_heads} must divide n_heads="
+                                        f"{self.n_heads}: each key and value head serves a group of query heads")
         self.dropout = check_real(self.dropout, "TransformerConfig.dropout", 0.0, DROPOUT_MAX)
         self.attention_dropout = check_real(self.attention_dropout, "TransformerConfig.attention_dropout", 0.0,
                                             DROPOUT_MAX)
@@ -192,12 +217,25 @@ class TransformerConfig:
         if self.region and self.causal:
             raise NumpyTransformerError(f"TransformerConfig.region={self.region} embeds the next tokens too, which a "
                                         "causal encoder must not see: use region=0 with causal=True")
-        for name, allowed in (("pooling", ("mean", "first")), ("positions", ("sinusoidal", "learned")),
-                              ("activation", ("relu", "gelu", "gelu_tanh"))):
+        for name, allowed in (("pooling", ("mean", "first")),
+                              ("positions", ("sinusoidal", "learned", "rotary", "alibi")),
+                              ("activation", ("relu", "gelu", "gelu_tanh", "swiglu")),
+                              ("norm", ("layernorm", "rmsnorm")),
+                              ("block", ("sequential", "parallel"))):
             value = getattr(self, name)
             if not isinstance(value, str) or value not in allowed:
                 raise NumpyTransformerError(
                     f"TransformerConfig.{name} must be {' or '.join(map(repr, allowed))}, got {value!r}")
+        if self.block == "parallel" and not self.norm_first:
+            raise NumpyTransformerError("TransformerConfig.block='parallel' shares one norm in front of both "
+                                        "sublayers, a pre-LN block: it needs norm_first=True")
+        if self.positions == "rotary" and (self.d_model // self.n_heads) % 2:
+            raise NumpyTransformerError(f"TransformerConfig.positions='rotary' rotates pairs of features: "
+                                        f"d_model / n_heads = {self.d_model // self.n_heads} must be even")
+        if self.attention_dropout and (self.n_kv_heads != self.n_heads or self.positions in ("rotary", "alibi")):
+            raise NumpyTransformerError("TransformerConfig.attention_dropout drops the weights of the paper's "
+                                        "multi-head attention: leave it 0 with n_kv_heads < n_heads or rotary "
+                                        "or alibi positions")
         n = self.num_values()
         if n > MAX_VALUES:
             raise NumpyTransformerError(
@@ -214,7 +252,8 @@ class TransformerConfig:
         D = self.d_model
         embed = D * ((1 + 2 * self.region) * self.src_vocab_size + 2 * self.tgt_vocab_size + self.n_classes
                      + 2 * self.max_len + self.type_vocab_size)
-        per_layer = 4 * D * D + 2 * D * self.d_ff  # attention (q, k, v, o) and the FFN
+        ffn_matrices = 3 if self.activation == "swiglu" else 2
+        per_layer = 4 * D * D + ffn_matrices * D * self.d_ff  # attention (q, k, v, o) and the FFN
         return embed + self.n_layers * per_layer + self.n_decoder_layers * (per_layer + 4 * D * D)
 
     @property
@@ -236,3 +275,14 @@ class TransformerConfig:
         if "src_vocab_size" not in d:
             raise NumpyTransformerError("TransformerConfig field src_vocab_size is missing")
         return cls(**d)
+
+
+def with_later_defaults(saved: dict) -> dict:
+    """A saved config (:meth:`TransformerConfig.to_dict`) with the fields added since it was saved
+    filled in as they were then: a ReLU FFN, an output bias, no token types, no embedding
+    LayerNorm, no attention dropout, LayerNorm, one key and value head per query head and
+    sequential blocks. A checkpoint saved before those fields existed holds exactly that model."""
+    then = {"activation": "relu", "output_bias": True, "type_vocab_size": 0, "embedding_norm": False,
+            "attention_dropout": 0.0, "norm": "layernorm", "n_kv_heads": saved.get("n_heads"),
+            "block": "sequential"}
+    return {**then, **saved}

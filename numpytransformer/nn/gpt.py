@@ -23,12 +23,12 @@ from .config import TransformerConfig
 from .modules import Dropout
 from .modules import Embedding
 from ..errors import NumpyTransformerError
-from .modules import LayerNorm
-from .blocks import EncoderLayer
+from .modules import make_norm
+from .blocks import EncoderLayer, ParallelBlock
 from .models import OutputProjection, _Model, check_kv_caches
 from .module import ModuleList
 from .modules import LearnedPositionalEmbedding, PositionalEncoding
-from ..core.softmax import log_softmax
+from ..core.losses import softmax_cross_entropy_forward
 from ..validation import check_ids, check_mask, inputs_checked
 
 __all__ = ["GPTBlock", "TransformerLM", "prefix_mask", "next_token_nats"]
@@ -44,13 +44,16 @@ def prefix_mask(T: int, offset: int) -> np.ndarray:
 
 def next_token_nats(model, x: np.ndarray, y: np.ndarray, vocab_size: int, budget: int = 2 ** 22) -> float:
     """The summed next-token loss in nats of windows ``x`` (N, T) whose next ids are ``y`` (N, T),
-    in the model's current mode. A few windows at a time, so that their float64 log-probabilities
-    hold at most about ``budget`` numbers (32 MB) whatever the vocabulary."""
+    in the model's current mode: the training loss in float64 (the pair of
+    :func:`~numpytransformer.core.losses.cross_entropy`, no smoothing, no padding) times the number of
+    targets. A few windows at a time, so that their float64 probabilities hold at most about
+    ``budget`` numbers (32 MB) whatever the vocabulary."""
     rows = max(1, budget // (x.shape[1] * vocab_size))
     nats = 0.0
     for i in range(0, len(x), rows):
-        logp = log_softmax(model.forward(x[i:i + rows]).astype(np.float64))  # (rows, T, V)
-        nats -= float(np.take_along_axis(logp, y[i:i + rows, :, None], axis=-1).sum())
+        targets = y[i:i + rows]  # (rows, T)
+        mean, _ = softmax_cross_entropy_forward(model.forward(x[i:i + rows]).astype(np.float64), targets)
+        nats += mean * targets.size
     return nats
 
 
@@ -75,8 +78,11 @@ class TransformerLM(_Model):
     ``max_len`` (the context, GPT's ``block_size``), ``dropout`` (on embeddings plus
     positions and on every sublayer's output), ``norm_first`` (pre-LN with a final
     LayerNorm, GPT-2's placement; False: the paper's post-LN), ``tie_embeddings`` (output
-    projection = embedding transposed), ``positions`` ("sinusoidal" or "learned"),
-    ``scale_embeddings``, ``dtype`` and ``seed``. Every id is a real token: there is no
+    projection = embedding transposed), ``positions`` ("sinusoidal" or "learned" tables, or
+    "rotary" or "alibi" inside the attention, with no table), ``scale_embeddings``, ``norm``
+    ("layernorm" or "rmsnorm"), ``activation`` (``"swiglu"`` too), ``n_kv_heads`` (grouped-query
+    attention), ``block`` ("parallel": :class:`~numpytransformer.nn.blocks.ParallelBlock`), ``dtype`` and
+    ``seed``. Every id is a real token: there is no
     padding, so ``pad_id`` is not used and every embedding row is trained.
 
     >>> cfg = TransformerConfig(src_vocab_size=65, d_model=32, n_heads=4, n_layers=2, d_ff=128,
@@ -85,7 +91,7 @@ class TransformerLM(_Model):
     >>> logits = model.forward(ids)   # (B, T) ids -> (B, T, 65)
     """
 
-    ties_embeddings = learns_positions = can_be_causal = True  # causal whatever cfg.causal says
+    ties_embeddings = learns_positions = can_be_causal = biases_distance = parallel_blocks = True  # causal whatever cfg.causal says
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
@@ -93,15 +99,25 @@ class TransformerLM(_Model):
         self.embed = Embedding(cfg.src_vocab_size, D, self.init_rng, dt, cfg.scale_embeddings, pad_id=None)
         if cfg.positions == "learned":
             self.pos = LearnedPositionalEmbedding(cfg.max_len, D, self.init_rng, dt)
-        else:
+        elif cfg.positions == "sinusoidal":
             self.pos = PositionalEncoding(cfg.max_len, D, dt)
+        else:  # rotary or alibi: the attention places the tokens, nothing is added to them
+            self.pos = None
+        inner = cfg.positions if cfg.positions in ("rotary", "alibi") else None
         self.drop = Dropout(cfg.dropout, self.rng)
-        self.layers = ModuleList([
-            GPTBlock(D, cfg.n_heads, cfg.d_ff, cfg.dropout, self.init_rng, self.rng, cfg.norm_first,
-                     cfg.layernorm_eps, dt, cfg.activation, cfg.attention_dropout)
-            for _ in range(cfg.n_layers)
-        ])
-        self.final_norm = LayerNorm(D, cfg.layernorm_eps, dt) if cfg.norm_first else None
+        if cfg.block == "parallel":
+            self.layers = ModuleList([
+                ParallelBlock(D, cfg.n_heads, cfg.d_ff, cfg.dropout, self.init_rng, self.rng, cfg.layernorm_eps, dt,
+                              cfg.activation, cfg.attention_dropout, cfg.norm, cfg.n_kv_heads, inner)
+                for _ in range(cfg.n_layers)
+            ])
+        else:
+            self.layers = ModuleList([
+                GPTBlock(D, cfg.n_heads, cfg.d_ff, cfg.dropout, self.init_rng, self.rng, cfg.norm_first,
+                         cfg.layernorm_eps, dt, cfg.activation, cfg.attention_dropout, cfg.norm, cfg.n_kv_heads, inner)
+                for _ in range(cfg.n_layers)
+            ])
+        self.final_norm = make_norm(cfg.norm, D, cfg.layernorm_eps, dt) if cfg.norm_first else None
         self.out = OutputProjection(D, cfg.src_vocab_size, self.init_rng, dt,
                                     self.embed if cfg.tie_embeddings else None, cfg.output_bias)
 
@@ -110,7 +126,8 @@ class TransformerLM(_Model):
         return self.cfg.src_vocab_size
 
     def _hidden(self, ids: np.ndarray, mask: np.ndarray, kv_caches: Optional[List[dict]], offset: int):
-        x = self.drop(self.pos(self.embed(ids), offset))  # (B, T, D)
+        x = self.embed(ids)  # (B, T, D)
+        x = self.drop(self.pos(x, offset) if self.pos is not None else x)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, None if kv_caches is None else kv_caches[i])
         return self.final_norm(x) if self.final_norm is not None else x
@@ -143,7 +160,8 @@ class TransformerLM(_Model):
             d = self.final_norm.backward(d)
         for layer in reversed(self.layers):
             d = layer.backward(d)
-        self.embed.backward(self.pos.backward(self.drop.backward(d)))
+        d = self.drop.backward(d)
+        self.embed.backward(self.pos.backward(d) if self.pos is not None else d)
 
     def new_kv_caches(self) -> List[dict]:
         """Empty caches for :meth:`forward_cached`, one per layer."""

@@ -16,7 +16,7 @@ from .modules import Linear
 from ..core.kernels import kernels
 from ..core.linear import linear_backward
 from .module import Module, ModuleList
-from .modules import MultiHeadAttention
+from .modules import GroupedQueryAttention, MultiHeadAttention, make_norm
 from ..core.pooling import first_token_backward, first_token_forward, mean_pool_backward, mean_pool_forward
 from .modules import LearnedPositionalEmbedding, PositionalEncoding
 from ..validation import (
@@ -50,18 +50,19 @@ class Embedder(Module):
     BERT's front end is three options: ``learned`` positions (a table, not sinusoids), ``types``
     > 0 token-type (segment) vectors added to each token's, and ``norm``, a LayerNorm over the
     sum before the dropout: :math:`\text{Dropout}(\text{LN}(E[x] + P + E_{type}[s]))`.
+    ``table=False``: no position table at all (rotary positions live in the attention).
     """
 
     def __init__(self, vocab_size: int, cfg: TransformerConfig, init_rng, drop_rng, shared: Optional[Embedding] = None,
-                 region: int = 0, learned: bool = False, types: int = 0, norm: bool = False):
+                 region: int = 0, learned: bool = False, types: int = 0, norm: bool = False, table: bool = True):
         super().__init__()
         dt = cfg.np_dtype
         self.embed = (SharedEmbedding(shared) if shared is not None else
                       Embedding(vocab_size, cfg.d_model, init_rng, dt, cfg.scale_embeddings, cfg.pad_id))
         self.region = (RegionEmbedding(vocab_size, cfg.d_model, region, init_rng, dt, cfg.scale_embeddings, cfg.pad_id)
                        if region else None)
-        self.pos = (LearnedPositionalEmbedding(cfg.max_len, cfg.d_model, init_rng, dt) if learned
-                    else PositionalEncoding(cfg.max_len, cfg.d_model, dt))
+        self.pos = (None if not table else LearnedPositionalEmbedding(cfg.max_len, cfg.d_model, init_rng, dt)
+                    if learned else PositionalEncoding(cfg.max_len, cfg.d_model, dt))
         self.types = Embedding(types, cfg.d_model, init_rng, dt, scale=False, pad_id=None) if types else None
         self.norm = LayerNorm(cfg.d_model, cfg.layernorm_eps, dt) if norm else None
         self.drop = Dropout(cfg.dropout, drop_rng)
@@ -74,7 +75,8 @@ class Embedder(Module):
             x = x + self.region(ids)
         if self.types is not None:
             x = x + self.types(np.zeros_like(ids) if token_types is None else token_types)
-        x = self.pos(x, offset)
+        if self.pos is not None:
+            x = self.pos(x, offset)
         if self.norm is not None:
             x = self.norm(x)
         return self.drop(x)
@@ -83,7 +85,7 @@ class Embedder(Module):
         d = self.drop.backward(dout)
         if self.norm is not None:
             d = self.norm.backward(d)
-        dx = self.pos.backward(d)
+        dx = self.pos.backward(d) if self.pos is not None else d
         self.embed.backward(dx)
         if self.region is not None:
             self.region.backward(dx)
@@ -92,20 +94,22 @@ class Embedder(Module):
 
 
 class Encoder(Module):
-    """Embedder, then ``n_layers`` encoder layers (and a final LayerNorm in pre-LN)."""
+    """Embedder, then ``n_layers`` encoder layers (and a final LayerNorm in pre-LN); with rotary
+    positions the embedder adds no table and each self-attention rotates its queries and keys."""
 
     def __init__(self, cfg: TransformerConfig, init_rng, drop_rng, vocab_size: Optional[int] = None):
         super().__init__()
         dt = cfg.np_dtype
         self.embedder = Embedder(vocab_size or cfg.src_vocab_size, cfg, init_rng, drop_rng, region=cfg.region,
                                  learned=cfg.positions == "learned", types=cfg.type_vocab_size,
-                                 norm=cfg.embedding_norm)
+                                 norm=cfg.embedding_norm, table=cfg.positions != "rotary")
         self.layers = ModuleList([
             EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, init_rng, drop_rng,
-                         cfg.norm_first, cfg.layernorm_eps, dt, cfg.activation, cfg.attention_dropout)
+                         cfg.norm_first, cfg.layernorm_eps, dt, cfg.activation, cfg.attention_dropout, cfg.norm,
+                         cfg.n_kv_heads, "rotary" if cfg.positions == "rotary" else None)
             for _ in range(cfg.n_layers)
         ])
-        self.final_norm = LayerNorm(cfg.d_model, cfg.layernorm_eps, dt) if cfg.norm_first else None
+        self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.layernorm_eps, dt) if cfg.norm_first else None
 
     def forward(self, src: np.ndarray, src_mask: Optional[np.ndarray],
                 token_types: Optional[np.ndarray] = None) -> np.ndarray:
@@ -133,10 +137,10 @@ class Decoder(Module):
         self.embedder = Embedder(cfg.tgt_vocab_size, cfg, init_rng, drop_rng, shared)
         self.layers = ModuleList([
             DecoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, init_rng, drop_rng,
-                         cfg.norm_first, cfg.layernorm_eps, dt, cfg.activation, cfg.attention_dropout)
+                         cfg.norm_first, cfg.layernorm_eps, dt, cfg.activation, cfg.attention_dropout, cfg.norm)
             for _ in range(cfg.n_decoder_layers)
         ])
-        self.final_norm = LayerNorm(cfg.d_model, cfg.layernorm_eps, dt) if cfg.norm_first else None
+        self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.layernorm_eps, dt) if cfg.norm_first else None
 
     def forward(self, tgt: np.ndarray, memory: np.ndarray, memory_mask: Optional[np.ndarray],
                 self_mask: Optional[np.ndarray], kv_caches: Optional[List[dict]] = None,
@@ -242,12 +246,17 @@ class _Model(Module):
     #: Whether the model has a target embedding to tie to its output projection (``tie_embeddings``),
     #: learned positions (``positions="learned"``), a causal encoder (``causal``), and a source and a
     #: target embedding to share (``share_embeddings``), and an encoder whose embedding can read
-    #: regions (``region``): a config asking for what a model lacks is refused.
+    #: regions (``region``), self-attention with grouped key and value heads only (``n_kv_heads``), and
+    #: causal attention that ALiBi can bias (``positions="alibi"``), and parallel blocks
+    #: (``block="parallel"``): a config asking for what a model lacks is refused.
     ties_embeddings: ClassVar[bool] = False
     has_encoder: ClassVar[bool] = False
     shares_embeddings: ClassVar[bool] = False
     learns_positions: ClassVar[bool] = False
     can_be_causal: ClassVar[bool] = False
+    groups_queries: ClassVar[bool] = True
+    biases_distance: ClassVar[bool] = False
+    parallel_blocks: ClassVar[bool] = False
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
@@ -260,6 +269,12 @@ class _Model(Module):
         if cfg.share_embeddings and not self.shares_embeddings:
             raise NumpyTransformerError(f"share_embeddings shares the source embedding with the target's; a {name} "
                                         "has one embedding: leave it False")
+        if cfg.positions == "alibi" and not self.biases_distance:
+            raise NumpyTransformerError(f"positions='alibi' biases causal attention by distance, as in the language "
+                                        f"model (TransformerLM); a {name} does not: use another positions")
+        if cfg.n_kv_heads != cfg.n_heads and not self.groups_queries:
+            raise NumpyTransformerError(f"n_kv_heads={cfg.n_kv_heads} groups the heads of self-attention only; a {name} "
+                                        "also has cross-attention: leave it equal to n_heads")
         if cfg.positions != "sinusoidal" and not self.learns_positions:
             raise NumpyTransformerError(f"positions={cfg.positions!r} is the language model's (TransformerLM); a "
                                         f"{name} adds the paper's sinusoids: leave it 'sinusoidal'")
@@ -269,6 +284,9 @@ class _Model(Module):
         if (cfg.type_vocab_size or cfg.embedding_norm) and not self.has_encoder:
             raise NumpyTransformerError(f"type_vocab_size and embedding_norm are options of an encoder's input; a "
                                         f"{name} has no encoder: leave them 0 and False")
+        if cfg.block == "parallel" and not self.parallel_blocks:
+            raise NumpyTransformerError(f"block='parallel' is the language model's (TransformerLM); a {name} has "
+                                        "sequential layers: leave it 'sequential'")
         if cfg.causal and not self.can_be_causal:
             raise NumpyTransformerError(f"causal=True masks the classifier's encoder (TransformerClassifier); a "
                                         f"{name} does not read it: leave it False")
@@ -293,7 +311,7 @@ class _Model(Module):
     def attention_maps(self) -> Dict[str, np.ndarray]:
         """Attention weights (B, H, T, S) of the last forward, by module name."""
         return {name: m.attention_weights for name, m in self.named_modules()
-                if isinstance(m, MultiHeadAttention) and m.attention_weights is not None}
+                if isinstance(m, (MultiHeadAttention, GroupedQueryAttention)) and m.attention_weights is not None}
 
 
 class Transformer(_Model):
@@ -307,6 +325,7 @@ class Transformer(_Model):
     """
 
     ties_embeddings = shares_embeddings = has_encoder = True
+    groups_queries = False  # its decoder's cross-attention has as many key heads as query heads
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
@@ -446,9 +465,12 @@ class TransformerClassifier(_Model):
     (padding and causal masks): the hidden state at position t depends on tokens 0..t
     only, so the encoder can start from a pretrained
     :class:`~numpytransformer.nn.gpt.TransformerLM` (see :mod:`numpytransformer.nn.transfer`).
+    With BERT's input options (``positions="learned"``, ``type_vocab_size``, ``embedding_norm``) its
+    encoder is a BERT's, with the same parameter names as :class:`~numpytransformer.nn.bert.EncoderModel`,
+    so that it can start from a pretrained one (the sentiment task's ``--init``).
     """
 
-    can_be_causal = has_encoder = True
+    can_be_causal = has_encoder = learns_positions = True
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)

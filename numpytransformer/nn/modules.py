@@ -19,13 +19,18 @@ from ..core.linear import linear_backward, xavier_uniform
 from ..core.multihead import PARAM_NAMES, merge_heads, split_heads
 from ..core.positional import (_check_input, learned_positional_backward, learned_positional_forward,
                                positional_backward, positional_forward, sinusoidal_encoding)
+from ..core.gqa import gqa_backward, gqa_forward, repeat_kv
+from ..core.alibi import alibi_attention_forward, alibi_slopes
 from ..core.relu import relu_backward, relu_forward
+from ..core.rmsnorm import rmsnorm_backward, rmsnorm_forward
+from ..core.rotary import rotary_forward
+from ..core.swiglu import swiglu_backward, swiglu_forward
 from ..errors import NumpyTransformerError
 from ..validation import (check_float, check_ids, check_int, check_mask, check_positive_int, check_real,
                           check_same_batch, needs_checks)
 from .module import Module
 
-__all__ = ['Linear', 'ReLU', 'Dropout', 'LayerNorm', 'Embedding', 'SharedEmbedding', 'RegionEmbedding', 'PositionalEncoding', 'LearnedPositionalEmbedding', 'FeedForward', 'MultiHeadAttention']
+__all__ = ['Linear', 'ReLU', 'Dropout', 'LayerNorm', 'RMSNorm', 'make_norm', 'Embedding', 'SharedEmbedding', 'RegionEmbedding', 'PositionalEncoding', 'LearnedPositionalEmbedding', 'FeedForward', 'SwiGLU', 'make_ffn', 'MultiHeadAttention', 'GroupedQueryAttention']
 
 
 class Linear(Module):
@@ -104,6 +109,39 @@ class LayerNorm(Module):
         self.grads["gamma"] += dgamma
         self.grads["beta"] += dbeta
         return dx
+
+
+class RMSNorm(Module):
+    """RMSNorm with ``gamma`` (ones) of shape (D,): LayerNorm without the centring and ``beta``."""
+
+    def __init__(self, d_model: int, eps: float = 1e-5, dtype=np.float64):
+        super().__init__()
+        self.eps = check_real(eps, "eps", 0.0, low_open=True)
+        d_model = check_positive_int(d_model, "d_model")
+        self.add_param("gamma", np.ones(d_model, dtype=dtype))
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """x (..., D) of the parameters' dtype, finite -> (..., D)."""
+        if needs_checks():  # False inside a model, which has checked its own inputs
+            check_float(x, "x", self.params["gamma"].dtype, last_dim=self.params["gamma"].shape[0])
+        out, self._cache = rmsnorm_forward(x, self.params["gamma"], self.eps)
+        return out
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        dx, dgamma = rmsnorm_backward(dout, self._pop_cache())
+        self.grads["gamma"] += dgamma
+        return dx
+
+
+#: The normalisations a model can use (``TransformerConfig.norm``), by name.
+NORMS = {"layernorm": LayerNorm, "rmsnorm": RMSNorm}
+
+
+def make_norm(kind: str, d_model: int, eps: float, dtype) -> Module:
+    """A :class:`LayerNorm` (``kind="layernorm"``) or an :class:`RMSNorm` (``"rmsnorm"``)."""
+    if kind not in NORMS:
+        raise NumpyTransformerError(f"norm must be one of {tuple(NORMS)}, got {kind!r}")
+    return NORMS[kind](d_model, eps, dtype)
 
 
 class Embedding(Module):
@@ -273,18 +311,55 @@ class FeedForward(Module):
         return dx
 
 
+class SwiGLU(Module):
+    """The gated FFN of :mod:`~numpytransformer.core.swiglu` with weights ``W1, V`` (D, D_ff) and ``W2``
+    (D_ff, D), Xavier-initialised, and no biases (as in LLaMA)."""
+
+    def __init__(self, d_model: int, d_ff: int, rng: np.random.Generator, dtype=np.float64):
+        super().__init__()
+        d_model, d_ff = check_positive_int(d_model, "d_model"), check_positive_int(d_ff, "d_ff")
+        self.add_param("W1", xavier_uniform(rng, d_model, d_ff, dtype))
+        self.add_param("V", xavier_uniform(rng, d_model, d_ff, dtype))
+        self.add_param("W2", xavier_uniform(rng, d_ff, d_model, dtype))
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """x (..., D) of the weights' dtype, finite -> (..., D)."""
+        if needs_checks():  # False inside a model, which has checked its own inputs
+            check_float(x, "x", self.params["W1"].dtype, last_dim=self.params["W1"].shape[0])
+        out, self._cache = swiglu_forward(x, **self.params)
+        return out
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        dx, *dparams = swiglu_backward(dout, self._pop_cache())
+        for name, g in zip(("W1", "V", "W2"), dparams):
+            self.grads[name] += g
+        return dx
+
+
+def make_ffn(d_model: int, d_ff: int, rng: np.random.Generator, dtype, activation: str) -> Module:
+    """The FFN sublayer for ``activation``: :class:`SwiGLU` for ``"swiglu"``, else a :class:`FeedForward`."""
+    if activation == "swiglu":
+        return SwiGLU(d_model, d_ff, rng, dtype)
+    return FeedForward(d_model, d_ff, rng, dtype, activation)
+
+
 class MultiHeadAttention(Module):
     """Multi-head attention with parameters ``W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o``.
 
-    ``forward(x)`` is self-attention; ``forward(x, memory)`` is cross-attention.
+    ``forward(x)`` is self-attention; ``forward(x, memory)`` is cross-attention. With
+    ``attention_dropout`` > 0 (BERT's and GPT-2's ``attn_pdrop``) the attention weights are
+    dropped while training, with masks drawn from ``drop_rng`` (the model's dropout generator).
     """
 
-    def __init__(self, d_model: int, n_heads: int, rng: np.random.Generator, dtype=np.float64):
+    def __init__(self, d_model: int, n_heads: int, rng: np.random.Generator, dtype=np.float64,
+                 attention_dropout: float = 0.0, drop_rng: Optional[np.random.Generator] = None):
         super().__init__()
         d_model, n_heads = check_positive_int(d_model, "d_model"), check_positive_int(n_heads, "n_heads")
         if d_model % n_heads != 0:
             raise NumpyTransformerError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
         self.n_heads = n_heads
+        self.attention_dropout = check_real(attention_dropout, "attention_dropout", 0.0, 1.0, high_open=True)
+        self.rng = np.random.default_rng() if attention_dropout and drop_rng is None else drop_rng
         self.attention_weights: Optional[np.ndarray] = None  # (B, H, T, S) of the last forward
         for name in PARAM_NAMES:
             if name.startswith("W"):
@@ -318,8 +393,10 @@ class MultiHeadAttention(Module):
             mask = self._check_inputs(x, x_kv, mask, kv_cache is None)
         if kv_cache is not None:
             return self._forward_cached(x, x_kv, mask, kv_cache)
-        out, self._cache = kernels.multihead_attention_forward(x, x_kv, **self.params, n_heads=self.n_heads, mask=mask)
-        self.attention_weights = self._cache.att.weights
+        dropout_p = self.attention_dropout if self.training else 0.0
+        out, self._cache = kernels.multihead_attention_forward(x, x_kv, **self.params, n_heads=self.n_heads, mask=mask,
+                                                               dropout_p=dropout_p, rng=self.rng)
+        self.attention_weights = self._cache.att.weights  # before dropout
         return out
 
     def _check_inputs(self, x, x_kv, mask, whole: bool):
@@ -364,3 +441,85 @@ class MultiHeadAttention(Module):
         for name, g in zip(PARAM_NAMES, dparams):
             self.grads[name] += g
         return dx_q if dx_kv is None else (dx_q, dx_kv)
+
+
+class GroupedQueryAttention(Module):
+    """Self-attention with ``n_kv_heads`` shared key and value heads, and positions inside it.
+
+    The pair is :func:`~numpytransformer.core.gqa.gqa_forward`; parameters ``W_q, b_q, W_o, b_o`` of
+    width D and ``W_k, b_k, W_v, b_v`` of width ``n_kv_heads * D / n_heads``. ``positions``:
+    ``"rotary"`` rotates queries and keys by their positions, ``"alibi"`` biases the scores,
+    None leaves positions to the input. ``forward(x, mask=..., kv_cache=...)`` as
+    :class:`MultiHeadAttention`'s self-attention.
+    """
+
+    POSITIONS = (None, "rotary", "alibi")
+
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, rng: np.random.Generator, dtype=np.float64,
+                 positions: Optional[str] = None):
+        super().__init__()
+        d_model, n_heads = check_positive_int(d_model, "d_model"), check_positive_int(n_heads, "n_heads")
+        n_kv_heads = check_positive_int(n_kv_heads, "n_kv_heads")
+        if d_model % n_heads != 0 or n_heads % n_kv_heads != 0:
+            raise NumpyTransformerError(f"d_model={d_model} must be divisible by n_heads={n_heads}, and n_heads by "
+                                        f"n_kv_heads={n_kv_heads}")
+        if positions not in self.POSITIONS:
+            raise NumpyTransformerError(f"positions must be one of {self.POSITIONS}, got {positions!r}")
+        if positions == "rotary" and (d_model // n_heads) % 2:
+            raise NumpyTransformerError(f"rotary positions rotate pairs of features: d_model / n_heads = "
+                                        f"{d_model // n_heads} must be even")
+        self.n_heads, self.n_kv_heads, self.positions = n_heads, n_kv_heads, positions
+        self.attention_weights: Optional[np.ndarray] = None  # (B, H, T, S) of the last forward
+        d_kv = n_kv_heads * (d_model // n_heads)
+        for name, d_out in (("q", d_model), ("k", d_kv), ("v", d_kv), ("o", d_model)):
+            self.add_param("W_" + name, xavier_uniform(rng, d_model, d_out, dtype))
+            self.add_param("b_" + name, np.zeros(d_out, dtype=dtype))
+
+    def forward(self, x: np.ndarray, mask: Optional[np.ndarray] = None, kv_cache: Optional[dict] = None):
+        """x (B, T, D) -> (B, T, D). ``kv_cache`` (a dict, inference only): the incremental form, as
+        :class:`MultiHeadAttention`'s, whose cache holds the ``n_kv_heads`` rotated keys and values
+        of the earlier positions; the new positions follow them."""
+        if needs_checks():  # False inside a model, which has checked its own inputs
+            W = self.params["W_q"]
+            check_float(x, "x", W.dtype, shape=(None, None, W.shape[0]))
+            if mask is not None and kv_cache is None:
+                mask = check_mask(mask, "mask", (x.shape[0], self.n_heads, x.shape[1], x.shape[1]))
+        if kv_cache is not None:
+            return self._forward_cached(x, mask, kv_cache)
+        out, self._cache = gqa_forward(x, **self.params, n_heads=self.n_heads, n_kv_heads=self.n_kv_heads,
+                                       mask=mask, positions=self.positions)
+        self.attention_weights = self._cache.att.weights
+        return out
+
+    def _forward_cached(self, x: np.ndarray, mask, kv_cache: dict) -> np.ndarray:
+        """The pair's steps for the new positions ``held .. held+T-1``, over the cached keys and values."""
+        p, H, H_kv = self.params, self.n_heads, self.n_kv_heads
+        held = kv_cache["k"].shape[2] if "k" in kv_cache else 0
+
+        def project(name, heads):
+            return split_heads(kernels.linear_forward(x, p["W_" + name], p["b_" + name])[0], heads)
+
+        q, k, v = project("q", H), project("k", H_kv), project("v", H_kv)  # (B, H or H_kv, T_new, D/H)
+        if self.positions == "rotary":
+            ### BEGIN SOLUTION 12.2: the positions of the new tokens, after the held ones, and q and k rotated by them
+            positions = np.arange(held, held + x.shape[1])  # the new tokens follow the cached ones
+            q, k = rotary_forward(q, positions)[0], rotary_forward(k, positions)[0]
+            ### END SOLUTION
+        if "k" in kv_cache:
+            k = kernels.append_positions(kv_cache["k"], k)  # (B, H_kv, T_so_far, D/H)
+            v = kernels.append_positions(kv_cache["v"], v)
+        kv_cache["k"], kv_cache["v"] = k, v
+        k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)  # (B, H, T_so_far, D/H)
+        if self.positions == "alibi":
+            att, att_cache = alibi_attention_forward(q, k, v, alibi_slopes(H), mask, held)
+        else:
+            att, att_cache = kernels.attention_forward(q, k, v, mask)
+        self.attention_weights = att_cache.weights
+        self._cache = None  # inference only: there is nothing to differentiate
+        return kernels.linear_forward(merge_heads(att), p["W_o"], p["b_o"])[0]
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        dx, *dparams = gqa_backward(dout, self._pop_cache())
+        for name, g in zip(PARAM_NAMES, dparams):
+            self.grads[name] += g
+        return dx

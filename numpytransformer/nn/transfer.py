@@ -18,7 +18,7 @@ __all__ = ["MATCHED", "lm_into_classifier"]
 
 #: The configuration fields that must agree for the copy: the parameters' shapes, and how they are used.
 MATCHED = ("src_vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "norm_first", "scale_embeddings",
-           "positions", "layernorm_eps", "dtype")
+           "positions", "layernorm_eps", "dtype", "norm", "activation", "n_kv_heads")
 
 
 def lm_into_classifier(lm: TransformerLM, classifier: TransformerClassifier) -> None:

@@ -3,7 +3,7 @@
 Weights are read and written with ``safetensors``' NumPy API, never with pickle: a
 ``pytorch_model.bin`` is a pickle, which can run code when it is read, and is refused. A
 directory is written whole into a temporary sibling and renamed into place, so a reader
-never sees half of one.
+never sees a mix of old and new files (:func:`write_directory` says what it can see).
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from typing import Dict, Sequence
 import numpy as np
 
 from ..errors import NumpyTransformerError
+from ..files import atomic_write
 
 __all__ = ["CONFIG", "WEIGHTS", "TOKENIZER_FILES", "PretrainedError", "read_config", "read_tensors",
            "tokenizer_files", "write_directory"]
@@ -86,9 +87,13 @@ def write_directory(directory: Path, config: dict, tensors: Dict[str, np.ndarray
                     extra_files: Sequence[Path] = (), overwrite: bool = False) -> Path:
     """Write ``config.json``, ``model.safetensors`` and copies of ``extra_files`` as the directory ``directory``.
 
-    All of it is written into a temporary directory beside the target, which is then renamed
-    into place: a reader sees the old directory or the new one, never a mix. An existing
-    non-empty ``directory`` is replaced only with ``overwrite``.
+    All of it is written into a temporary directory beside the target, every file flushed to
+    disk, and that directory is renamed to ``directory``. A new ``directory`` is absent until it
+    appears whole. An existing non-empty one is replaced only with ``overwrite``, in two renames:
+    the old directory moves aside into a hidden sibling, then the new one comes in. A reader sees
+    the old directory whole, then, for the moment between the renames, no directory at all, then
+    the new one whole; never a mix of the two. A write killed in that moment leaves the old
+    directory whole at ``.NAME.old.*/NAME`` beside the target.
     """
     directory = Path(directory)
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())) and not overwrite:
@@ -97,15 +102,14 @@ def write_directory(directory: Path, config: dict, tensors: Dict[str, np.ndarray
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     try:
-        (tmp / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        atomic_write(tmp / CONFIG, json.dumps(config, indent=2, sort_keys=True) + "\n")
+        for f in extra_files:
+            atomic_write(tmp / Path(f).name, Path(f).read_bytes())
         # metadata "pt": what transformers expects of a safetensors file it loads into torch
         st.save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp / WEIGHTS),
                      metadata={"format": "pt"})
-        for f in extra_files:
-            shutil.copyfile(f, tmp / Path(f).name)
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
+        with open(tmp / WEIGHTS, "rb") as fh:  # safetensors writes without flushing to disk
+            os.fsync(fh.fileno())
         if directory.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old.", dir=directory.parent))
             os.replace(directory, old / directory.name)

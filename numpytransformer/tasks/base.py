@@ -45,6 +45,12 @@ class Task(TrainingTask):
     searches: bool = True
     #: One line of ``--help``.
     summary: ClassVar[str] = ""
+    #: Whether :meth:`test_report` takes the ranks of a data-parallel run (``comm``) and shares the test
+    #: among them; otherwise rank 0 alone reports.
+    shares_test: ClassVar[bool] = False
+    #: Fields of :attr:`Data` added since checkpoints of this format were first saved: an older
+    #: checkpoint lacks them and is read with their defaults, the settings it was trained with.
+    later_fields: ClassVar[Tuple[str, ...]] = ()
 
     def __init__(self, data, model: ModelSettings, data_dir: Optional[str] = None, state: Optional[dict] = None):
         if not isinstance(data, self.Data):
@@ -86,7 +92,8 @@ class Task(TrainingTask):
     # ---- after training ------------------------------------------------------------------
     @abstractmethod
     def test_report(self, model) -> Dict[str, float]:
-        """The figures a finished run reports, on the held-out test split."""
+        """The figures a finished run reports, on the held-out test split (a task that
+        :attr:`shares_test` takes ``comm`` too, and returns them on every rank)."""
 
     @abstractmethod
     def evaluate(self, model, n: int, seed: int, beam: int = 1) -> Dict[str, float]:
@@ -123,7 +130,7 @@ class Task(TrainingTask):
         return maps, labels
 
     def generate(self, model, prompt: str, tokens: int, temperature: float, top_k=None, top_p=None,
-                 seed: int = 0) -> str:
+                 seed: int = 0, min_p=None) -> str:
         """``generate``: continue ``prompt`` by sampling (language models only)."""
         raise NumpyTransformerError(f"generate needs a language-model checkpoint; this one holds a {self.name} model")
 
@@ -159,7 +166,8 @@ def task_from_dict(d, data_dir: Optional[str] = None) -> Task:
         if not isinstance(d.get(key), kind):
             raise NumpyTransformerError(f"task.{key} must be a JSON object, got {type(d.get(key)).__name__}")
     missing = [f"task.{key}.{f.name}" for key, c in (("data", cls.Data), ("model", ModelSettings))
-               for f in dataclasses.fields(c) if f.name not in d[key]]  # no silent defaults
+               for f in dataclasses.fields(c)
+               if f.name not in d[key] and not (key == "data" and f.name in cls.later_fields)]  # no silent defaults
     if missing:
         raise NumpyTransformerError(f"task settings are incomplete: {', '.join(missing)} missing")
     try:

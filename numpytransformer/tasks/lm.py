@@ -17,7 +17,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..nn.config import TransformerConfig
+from ..core.losses import cross_entropy
+from ..nn.config import SIZE_LIMITS, TransformerConfig
 from ..datasets.batching import next_token_windows, random_windows
 from ..datasets.shakespeare import (
     BPETokenizer,
@@ -49,8 +50,21 @@ class LMData:
     block_size: int = option("--block-size", 128, "context: tokens the model sees", low=2, high=4096)
     batch_size: int = option("--batch-size", 16, "windows in a batch", low=1, high=10 ** 5)
     batches_per_epoch: int = option("--batches-per-epoch", 500, "random batches between two validations", low=1, high=10 ** 7)
-    positions: str = option("--positions", "learned", "learned positions (GPT), or the paper's sinusoids",
-                            choices=("learned", "sinusoidal"))
+    positions: str = option("--positions", "learned", "learned positions (GPT), the paper's sinusoids, rotary queries "
+                            "and keys (RoPE), or ALiBi's distance bias on the attention scores",
+                            choices=("learned", "sinusoidal", "rotary", "alibi"))
+    normalization: str = option("--normalization", "layernorm", "the norm of every sublayer and the final one: "
+                                "LayerNorm, or RMSNorm (no centring, no beta)", choices=("layernorm", "rmsnorm"))
+    activation: str = option("--activation", "relu", "the feed-forward sublayer: ReLU, GELU (exact or tanh form), or "
+                             "the gated SwiGLU of LLaMA", choices=("relu", "gelu", "gelu_tanh", "swiglu"))
+    kv_heads: Optional[int] = option("--kv-heads", None, "key and value heads, each shared by a group of query heads "
+                                     "(grouped-query attention); must divide --heads", low=1,
+                                     high=SIZE_LIMITS["n_heads"], none="--heads")
+    block: str = option("--block", "sequential", "each block's two sublayers: one after the other (GPT-2), or in "
+                        "parallel from one shared norm, x + attn(norm x) + ffn(norm x) (GPT-J, PaLM; needs --norm pre)",
+                        choices=("sequential", "parallel"))
+    z_loss: float = option("--z-loss", 0.0, "PaLM's z-loss: this times the mean squared log of the softmax's "
+                           "normaliser, added to the training loss (0: off; PaLM: 1e-4)", low=0.0, high=1.0)
     embedded_chars: int = option("--embedded-chars", 60_000, "size of the embedded corpus in characters", low=1000, high=10 ** 8)
 
     def __post_init__(self):
@@ -80,6 +94,7 @@ class LanguageModelTask(Task):
     default_eval_n = 0
     searches = False
     summary = "language model (GPT): Tiny Shakespeare or the embedded corpus, characters or BPE"
+    later_fields = ("normalization", "activation", "kv_heads", "block", "z_loss")
 
     @classmethod
     def recipe(cls, data: LMData):
@@ -103,6 +118,18 @@ class LanguageModelTask(Task):
     def __init__(self, data, model: ModelSettings, data_dir: Optional[str] = None, state: Optional[dict] = None):
         super().__init__(data, model, data_dir, state)
         self.tokenizer = tokenizer_from_dict(self.state.get("tokenizer"), "state.tokenizer")  # refuses a damaged one
+
+    def check_settings(self) -> None:
+        heads, kv = self.model.n_heads, self.data.kv_heads
+        if kv is not None and (kv > heads or heads % kv):
+            raise NumpyTransformerError(f"--kv-heads {kv} must divide --heads {heads}: each key and value head "
+                                        "serves a group of query heads")
+        if self.data.block == "parallel" and self.model.norm != "pre":
+            raise NumpyTransformerError(f"--block parallel shares one norm in front of both sublayers: it needs "
+                                        f"--norm pre, got --norm {self.model.norm}")
+        if self.data.positions == "rotary" and (self.model.d_model // heads) % 2:
+            raise NumpyTransformerError(f"--positions rotary rotates pairs of features: --d-model {self.model.d_model}"
+                                        f" / --heads {heads} must be even")
 
     # ---- data ---------------------------------------------------------------------------
     @cached_property
@@ -131,8 +158,10 @@ class LanguageModelTask(Task):
 
     # ---- model and training ---------------------------------------------------------------
     def build_model(self):
-        return TransformerLM(TransformerConfig(src_vocab_size=len(self.tokenizer), max_len=self.data.block_size,
-                                               positions=self.data.positions, **self.model.config_fields()))
+        d = self.data
+        return TransformerLM(TransformerConfig(src_vocab_size=len(self.tokenizer), max_len=d.block_size,
+                                               positions=d.positions, norm=d.normalization, activation=d.activation,
+                                               n_kv_heads=d.kv_heads, block=d.block, **self.model.config_fields()))
 
     def train_batches(self, epoch: int) -> list:
         """``batches_per_epoch`` arrays of ``batch_size`` random windows of ``block_size + 1`` ids."""
@@ -145,8 +174,12 @@ class LanguageModelTask(Task):
 
     def loss(self, logits, targets, label_smoothing: float):
         """The loss per character, as validation reports it, counted over the characters the
-        targets stand for (the gradient stays that of the mean loss per token)."""
-        loss, tokens, dlogits = super().loss(logits, targets, label_smoothing)
+        targets stand for (the gradient stays that of the mean loss per token). The loss per token is
+        :func:`~numpytransformer.core.losses.lm_loss_forward`'s: ``batch_arrays`` shifts the ids, and
+        :func:`~numpytransformer.core.losses.cross_entropy` (its fast form) scores them, with the z-loss
+        of ``--z-loss``; validation's :func:`~numpytransformer.nn.gpt.next_token_nats` is the same loss."""
+        loss, dlogits = cross_entropy(logits, targets, label_smoothing=label_smoothing, z_loss=self.data.z_loss)
+        tokens = targets.size
         chars = max(int(self.tokenizer.lengths[targets].sum()), 1)
         return loss * tokens / chars, chars, dlogits
 
@@ -186,9 +219,9 @@ class LanguageModelTask(Task):
         return self.tokenizer.encode(prompt if prompt else "\n")  # an empty prompt starts a new line
 
     def generate(self, model, prompt: str, tokens: int, temperature: float = 1.0, top_k: Optional[int] = None,
-                 top_p: Optional[float] = None, seed: int = 0) -> str:
+                 top_p: Optional[float] = None, seed: int = 0, min_p: Optional[float] = None) -> str:
         """The prompt followed by ``tokens`` sampled tokens, as text (see :func:`~numpytransformer.nn.sampling.generate`)."""
-        ids = generate(model, self.encode_prompt(prompt), tokens, temperature, top_k, top_p, seed)
+        ids = generate(model, self.encode_prompt(prompt), tokens, temperature, top_k, top_p, seed, min_p=min_p)
         return prompt + self.tokenizer.decode(ids)
 
     def predict(self, model, lines: Sequence[str], beam: int = 1) -> List[str]:

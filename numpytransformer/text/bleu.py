@@ -158,7 +158,6 @@ def _segment_stats(hyp, refs, prefer_shorter):
     total = [0] * MAX_ORDER
     # With several references an n-gram may match as often as its largest
     # count in any single reference.
-    ### BEGIN SOLUTION 10.1: correct[n-1] and total[n-1], clipped matches and hypothesis n-grams of each order n
     max_ref = Counter()
     for ref in refs:
         for gram, c in _ngrams(ref).items():
@@ -169,7 +168,6 @@ def _segment_stats(hyp, refs, prefer_shorter):
         n = len(gram) - 1
         total[n] += c
         correct[n] += min(c, max_ref.get(gram, 0))
-    ### END SOLUTION
     return hyp_len, ref_len, correct, total
 
 

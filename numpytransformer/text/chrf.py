@@ -36,11 +36,6 @@ CHAR_ORDER = 6
 BETA = 2.0
 
 
-def _char_ngrams(text: str, n: int) -> Counter:
-    """The character n-grams of ``text`` with their counts."""
-    return Counter(text[i:i + n] for i in range(len(text) - n + 1))
-
-
 def chrf_statistics(hypothesis: str, reference: str, char_order: int = CHAR_ORDER) -> np.ndarray:
     """The sufficient statistics of one sentence pair.
 
@@ -59,11 +54,13 @@ def chrf_statistics(hypothesis: str, reference: str, char_order: int = CHAR_ORDE
     """
     hyp, ref = "".join(hypothesis.split()), "".join(reference.split())
     stats = np.zeros((char_order, 3), dtype=np.int64)
-    # exercise: chrf — per order n, the counts of the hypothesis's and the reference's character n-grams and of the matched ones
+    ### BEGIN SOLUTION 10.1: per order n, the counts of the hypothesis's and the reference's character n-grams and of the matched ones
     for n in range(1, char_order + 1):
-        h, r = _char_ngrams(hyp, n), _char_ngrams(ref, n)
+        h = Counter(hyp[i:i + n] for i in range(len(hyp) - n + 1))  # each n-gram with its count
+        r = Counter(ref[i:i + n] for i in range(len(ref) - n + 1))
         matched = sum((h & r).values())  # Counter's & keeps the smaller count of each n-gram: the clipping
         stats[n - 1] = (sum(h.values()), sum(r.values()), matched)
+    ### END SOLUTION
     return stats
 
 
@@ -75,7 +72,7 @@ def chrf_from_statistics(stats: np.ndarray, beta: float = BETA) -> float:
     is left out of the means; with no order left the score is 0.
     """
     stats = np.asarray(stats)
-    # exercise: chrf — the mean precision and recall over the orders both sides have, then their F-beta score in percent
+    ### BEGIN SOLUTION 10.2: the mean precision and recall over the orders both sides have, then their F-beta score in percent
     both = (stats[:, 0] > 0) & (stats[:, 1] > 0)
     if not both.any():
         return 0.0
@@ -84,6 +81,7 @@ def chrf_from_statistics(stats: np.ndarray, beta: float = BETA) -> float:
     if precision + recall == 0:
         return 0.0
     return 100 * (1 + beta ** 2) * precision * recall / (beta ** 2 * precision + recall)
+    ### END SOLUTION
 
 
 def corpus_chrf(hypotheses: Sequence[str], references: Sequence[str], char_order: int = CHAR_ORDER,

@@ -20,21 +20,19 @@ import hashlib
 import io
 import json
 import math
-import os
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import NumpyTransformerError
+from ..files import atomic_write
+from ..nn.config import with_later_defaults
 
 __all__ = ["CheckpointError", "FORMAT_VERSION", "FIELDS", "WEIGHT_LIMIT", "save_checkpoint", "load_checkpoint",
-           "read_checkpoint_meta", "atomic_write", "average_checkpoints"]
+           "read_checkpoint_meta", "average_checkpoints"]
 
-# 7: translation's region; 6: the config's region and sentiment's region; 5: translation's joint_vocab,
-# holdout and length_penalty, the config's share_embeddings; 4: its causal field; 3: the sublayers are
-# named (self_attn_sublayer, ...)
+#: The version of the layout ``checkpoint.json`` describes (docs/checkpoints.md lists what each one added).
 FORMAT_VERSION = 7
 
 #: The fields of ``checkpoint.json`` and their JSON types (``a.b`` is field ``b`` inside ``a``);
@@ -53,26 +51,6 @@ RESUME_FIELDS = {"optimizer": dict, "optimizer.t": int, "files.optimizer": dict,
 
 class CheckpointError(NumpyTransformerError):
     """A checkpoint is missing, damaged, or does not match the model."""
-
-
-def atomic_write(path, data) -> None:
-    """Write ``data`` (bytes, or text as UTF-8) to ``path`` through a temporary file in the same
-    directory, flushed to disk and renamed: ``path`` is always whole, the old file or the new."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for tmp in path.parent.glob(".*.tmp"):  # the temporary files of writes killed half-way
-        tmp.unlink(missing_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_checkpoint(path, model, meta: dict, optimizer=None) -> Path:
@@ -221,8 +199,8 @@ def load_checkpoint(path, model, optimizer=None, doc=None) -> dict:
     js = path / "checkpoint.json"
     if doc["model"] != type(model).__name__:
         raise CheckpointError(f"{js} holds a {doc['model']}, not a {type(model).__name__}")
-    want = model.cfg.to_dict()
-    diff = [k for k in sorted(set(want) | set(doc["config"])) if doc["config"].get(k) != want.get(k)]
+    want, saved = model.cfg.to_dict(), with_later_defaults(doc["config"])
+    diff = [k for k in sorted(set(want) | set(saved)) if saved.get(k) != want.get(k)]
     if diff:
         raise CheckpointError(f"{js}: field config differs from the model's ({', '.join(diff[:4])})")
     weights = _read_arrays(path, doc["files"]["weights"], model.parameters(), WEIGHT_LIMIT)

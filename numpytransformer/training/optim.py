@@ -1,7 +1,8 @@
 """Adam, the Noam learning-rate schedule, and gradient clipping by global norm. Derived in lesson 8 (Training).
 
-Beside them, two siblings that no lesson derives, each a real option of the trainer: the Lion
-optimiser (``--optimizer lion``) and the cosine schedule with linear warm-up (``--schedule cosine``).
+Beside them, siblings that no lesson derives, each a real option of the trainer: the Lion
+optimiser (``--optimizer lion``), the cosine schedule with linear warm-up (``--schedule cosine``),
+and the exponential moving average of the weights (``--ema``).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from ..errors import NumpyTransformerError
 from ..core.kernels import kernels
 from ..validation import check_int, check_real
 
-__all__ = ["Adam", "Lion", "NoamSchedule", "CosineSchedule", "clip_grad_norm", "global_norm"]
+__all__ = ["Adam", "Lion", "EMA", "NoamSchedule", "CosineSchedule", "clip_grad_norm", "global_norm"]
 
 
 class NoamSchedule:
@@ -34,9 +35,7 @@ class NoamSchedule:
     def __call__(self, step: int) -> float:
         """The learning rate for update number ``step`` (counting from 1)."""
         step = max(int(step), 1)
-        ### BEGIN SOLUTION 8.1: the learning rate: linear warm-up to a peak at step warmup, then 1/sqrt(step) decay
         return self.factor * self.d_model ** -0.5 * min(step ** -0.5, step * self.warmup ** -1.5)
-        ### END SOLUTION
 
 
 class CosineSchedule:
@@ -74,11 +73,12 @@ class CosineSchedule:
         step = max(int(step), 1)
         total = check_int(total, "total", 1)
         w, peak, floor = self.warmup, self.peak, self.min_ratio * self.peak
-        # exercise: cosine — the rate at step: the linear rise, the half cosine from peak to floor, then the floor
+        ### BEGIN SOLUTION 8.1: the rate at step: the linear rise, the half cosine from peak to floor, then the floor
         if step <= w:
             return peak * step / w
         progress = min(1.0, (step - w) / max(total - w, 1))  # 0 at the peak, 1 at the run's last update
         return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
+        ### END SOLUTION
 
 
 def global_norm(grads: Dict[str, np.ndarray]) -> float:
@@ -87,9 +87,7 @@ def global_norm(grads: Dict[str, np.ndarray]) -> float:
     Each tensor's sum of squares is taken in its own dtype, the total in float64.
     Derived in lesson 8 (Training), §4.
     """
-    ### BEGIN SOLUTION 8.3: norm of all gradients; scale them all in place if norm > max_norm
     return float(np.sqrt(sum(float(g.ravel() @ g.ravel()) for g in grads.values())))
-    ### END SOLUTION
 
 
 def clip_grad_norm(grads: Dict[str, np.ndarray], max_norm: float) -> float:
@@ -99,7 +97,6 @@ def clip_grad_norm(grads: Dict[str, np.ndarray], max_norm: float) -> float:
     Derived in lesson 8 (Training), §4.
     """
     max_norm = check_real(max_norm, "max_norm", 0.0, low_open=True)
-    ### BEGIN SOLUTION 8.3: norm of all gradients; scale them all in place if norm > max_norm
     norm = global_norm(grads)
     if not np.isfinite(norm):
         raise FloatingPointError(f"gradient norm is {norm}: the loss diverged (lower the learning rate)")
@@ -107,7 +104,6 @@ def clip_grad_norm(grads: Dict[str, np.ndarray], max_norm: float) -> float:
         scale = max_norm / (norm + 1e-6)
         for g in grads.values():
             g *= scale  # in place: the modules hold their gradient arrays
-    ### END SOLUTION
     return norm
 
 
@@ -183,7 +179,6 @@ class Adam:
             kernels.adam_step(self, grads, lr)
             return lr
         b1, b2, eps, t = self.beta1, self.beta2, self.eps, self.t
-        ### BEGIN SOLUTION 8.2: update the moments self.m, self.v and every parameter in place, bias-corrected
         for k, p in self.params.items():
             g = grads[k]
             self.m[k] = b1 * self.m[k] + (1 - b1) * g  # first moment: a running mean of g
@@ -191,7 +186,6 @@ class Adam:
             m_hat = self.m[k] / (1 - b1 ** t)  # bias corrections: m and v start at 0
             v_hat = self.v[k] / (1 - b2 ** t)
             p -= lr * m_hat / (np.sqrt(v_hat) + eps)  # in place: the model holds p
-        ### END SOLUTION
         return lr
 
     # ---- checkpointing --------------------------------------------------
@@ -216,7 +210,7 @@ class Adam:
 
 class Lion:
     """Lion (Chen et al., 2023, "Symbolic Discovery of Optimization Algorithms"): the sign of an
-    interpolation of momentum and gradient, so every weight moves by exactly ``lr`` a step.
+    interpolation of momentum and gradient, so every weight moves by ``lr`` a step (decay aside).
 
     .. math:: c = \\beta_1 m + (1-\\beta_1) g,\\quad \\theta \\leftarrow \\theta - \\text{lr}\\,\\mathrm{sign}(c),
               \\quad m \\leftarrow \\beta_2 m + (1-\\beta_2) g
@@ -266,12 +260,13 @@ class Lion:
         if self.weight_decay:
             _decay_matrices(self.params, lr * self.weight_decay)
         b1, b2 = self.beta1, self.beta2
-        # exercise: lion — the direction c from the momentum and the gradient, the signed step of every parameter in place, then the momentum self.m
+        ### BEGIN SOLUTION 8.2: the direction c from the momentum and the gradient, the signed step of every parameter in place, then the momentum self.m
         for k, p in self.params.items():
             g = grads[k]
             c = b1 * self.m[k] + (1 - b1) * g  # the update's direction: momentum and gradient mixed
             p -= lr * np.sign(c)  # in place: the model holds p; every weight moves by lr (or not at all)
             self.m[k] = b2 * self.m[k] + (1 - b2) * g  # the momentum: a slower running mean of g
+        ### END SOLUTION
         return lr
 
     # ---- checkpointing --------------------------------------------------
@@ -288,3 +283,63 @@ class Lion:
                 raise ValueError(f"optimiser state {key!r} has shape {arrays[key].shape}, expected {self.m[k].shape}")
             self.m[k][...] = arrays[key]
         self.t = int(t)
+
+
+class EMA:
+    """An exponential moving average of the weights (Polyak averaging; Polyak & Juditsky, 1992), kept
+    beside the model while it trains:
+
+    .. math:: \\bar\\theta \\leftarrow \\beta\\, \\bar\\theta + (1 - \\beta)\\, \\theta
+
+    after every update, with decay :math:`\\beta`; the average starts at the weights given. It
+    remembers about the last :math:`1 / (1 - \\beta)` updates, and smooths out the noise of the
+    last steps as averaging the checkpoints of the last epochs does, without storing them. A
+    sibling of lesson 8 §2's running means in :class:`Adam` (the same update, on the weights
+    instead of the gradient) and of checkpoint averaging
+    (:func:`~numpytransformer.training.checkpoint.average_checkpoints`).
+
+    Parameters
+    ----------
+    params : dict name -> ndarray
+        The weights to average (``model.parameters()``); copied, not held.
+    decay : float in (0, 1)
+        :math:`\\beta`; 0.999 averages over about a thousand updates.
+    """
+
+    def __init__(self, params: Dict[str, np.ndarray], decay: float):
+        self.decay = check_real(decay, "decay", 0.0, 1.0, low_open=True, high_open=True)
+        self.shadow = {k: np.array(p, copy=True) for k, p in params.items()}
+
+    def update(self, params: Dict[str, np.ndarray]) -> None:
+        """Move the average one step towards ``params`` (the same names and shapes as at the start)."""
+        self._check(params, "params")
+        decay = self.decay
+        ### BEGIN SOLUTION 8.3: for every parameter, the average moved one step towards the new weights, into self.shadow
+        for k, p in params.items():
+            self.shadow[k] = decay * self.shadow[k] + (1 - decay) * p
+        ### END SOLUTION
+
+    def copy_to(self, params: Dict[str, np.ndarray]) -> None:
+        """Write the average into the arrays ``params`` (a model's), in place."""
+        self._check(params, "params")
+        for k, p in params.items():
+            p[...] = self.shadow[k]
+
+    # ---- checkpointing --------------------------------------------------
+    def state_arrays(self) -> Dict[str, np.ndarray]:
+        """The average, by parameter name: the weights of a model (the trainer saves them as ``ema/``)."""
+        return dict(self.shadow)
+
+    def load_state_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
+        """Take the average from ``arrays`` (by parameter name, as :meth:`state_arrays` gives it)."""
+        self._check(arrays, "arrays")
+        for k, a in arrays.items():
+            self.shadow[k] = np.array(a, dtype=self.shadow[k].dtype, copy=True)
+
+    def _check(self, arrays: Dict[str, np.ndarray], name: str) -> None:
+        if not isinstance(arrays, dict) or set(arrays) != set(self.shadow):
+            differ = sorted(set(arrays) ^ set(self.shadow)) if isinstance(arrays, dict) else type(arrays).__name__
+            raise NumpyTransformerError(f"{name} must hold the averaged parameters by name; these differ: {differ}")
+        for k, a in arrays.items():
+            if np.shape(a) != self.shadow[k].shape:
+                raise NumpyTransformerError(f"{name}[{k!r}] has shape {np.shape(a)}, expected {self.shadow[k].shape}")

@@ -14,7 +14,8 @@ This module is all the trainer and the command line know of ranks. :func:`world`
 communicator of this process: :class:`MPIComm` over MPI's world when ``mpiexec`` started it with
 more than one rank, otherwise :class:`SingleProcess`, whose sum is the identity. Both offer the
 same narrow interface: :meth:`~MPIComm.share` (this rank's rows of a batch, and their weight),
-:meth:`~MPIComm.sum_gradients`, :meth:`~MPIComm.bcast`, :meth:`~MPIComm.seed_dropout` and
+:meth:`~MPIComm.sum_gradients`, :meth:`~MPIComm.allreduce_sum` (any one array), :meth:`~MPIComm.my_rows`
+(this rank's share of rows outside training), :meth:`~MPIComm.bcast`, :meth:`~MPIComm.seed_dropout` and
 ``is_writer`` (rank 0, the one writer of files and logs). mpi4py is imported only under
 ``mpiexec``, so a NumPy-only install keeps working.
 """
@@ -31,8 +32,8 @@ import numpy as np
 
 from ..errors import NumpyTransformerError
 
-__all__ = ["world", "launched_ranks", "launched_rank", "SingleProcess", "MPIComm", "first_rank_speaks", "stop_run",
-           "print_traceback_and_stop"]
+__all__ = ["world", "launched_ranks", "launched_rank", "rank_rows", "SingleProcess", "MPIComm", "first_rank_speaks",
+           "stop_run", "print_traceback_and_stop"]
 
 #: What MPI launchers set in each rank's environment: the number of ranks (MPICH's hydra,
 #: Open MPI, PMIx launchers).
@@ -55,6 +56,14 @@ def launched_rank() -> int:
     return next((int(os.environ[v]) for v in RANK_VARIABLES if os.environ.get(v, "").isdigit()), 0)
 
 
+def rank_rows(rows, rank: int, size: int):
+    """Rank ``rank``'s share of ``rows`` (a list or an array) split among ``size`` ranks: rows ``rank``,
+    ``rank + size``, ``rank + 2 * size``, ... Interleaved rather than in blocks: rows sorted by length
+    (a batch cut from length-sorted buckets, sentences longest first) would give the longest all to
+    the last rank."""
+    return rows[rank::size]
+
+
 class SingleProcess:
     """One process, no MPI: the whole batch is this process's, and the sums and broadcasts
     return what they are given."""
@@ -67,6 +76,14 @@ class SingleProcess:
 
     def sum_gradients(self, grads: Dict[str, np.ndarray], *scalars: float) -> tuple:
         return scalars
+
+    def allreduce_sum(self, array: np.ndarray) -> np.ndarray:
+        """``array`` itself: the sum over one process."""
+        return array
+
+    def my_rows(self, rows):
+        """All of ``rows``."""
+        return rows
 
     def bcast(self, obj):
         return obj
@@ -130,6 +147,17 @@ class MPIComm:
             g[...] = flat[offset:offset + g.size].reshape(g.shape)
             offset += g.size
         return tuple(float(s) for s in flat[n:])
+
+    def allreduce_sum(self, array: np.ndarray) -> np.ndarray:
+        """Sum ``array`` (C-contiguous, the same shape and dtype on every rank) in place over the ranks
+        and return it: results that each rank computed for its own rows, zero elsewhere, become all of
+        them on every rank."""
+        self.comm.Allreduce(self.MPI.IN_PLACE, array, op=self.MPI.SUM)
+        return array
+
+    def my_rows(self, rows):
+        """This rank's share of ``rows`` (:func:`rank_rows`)."""
+        return rank_rows(rows, self.rank, self.size)
 
     def bcast(self, obj):
         """Rank 0's ``obj`` (a small picklable value: metrics, a decision) on every rank."""

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import NumpyTransformerError
 
-__all__ = ["new_figure", "image_suffixes", "plot_attention"]
+__all__ = ["new_figure", "image_suffixes", "plot_history", "plot_attention"]
 
 
 def new_figure(**kwargs):
@@ -30,6 +30,27 @@ def image_suffixes() -> tuple:
     left out, as matplotlib writes it only with a LaTeX installation."""
     kinds = new_figure().canvas.get_supported_filetypes()
     return tuple("." + kind for kind in sorted(kinds) if kind != "pgf")
+
+
+def plot_history(history: dict, path, log=print) -> None:
+    """Loss and learning-rate curves as a PNG (skipped, with a note, without matplotlib)."""
+    try:
+        fig = new_figure(figsize=(10, 3.5))
+    except NumpyTransformerError:
+        log("matplotlib is not installed: no curves.png (pip install matplotlib)")
+        return
+    steps, epochs = history["steps"], history["epochs"]
+    ax1, ax2 = fig.subplots(1, 2)
+    updates = [s["step"] for s in steps]
+    ax1.plot(updates, [s["loss"] for s in steps], lw=0.8, label="train (per update, label-smoothed)")
+    if epochs and "val_loss" in epochs[0]:
+        ax1.plot([e["step"] for e in epochs], [e["val_loss"] for e in epochs], "o-", label="validation (no smoothing)")
+    ax1.set(xlabel="update", ylabel="loss", yscale="log")
+    ax1.legend()
+    ax2.plot(updates, [s["lr"] for s in steps])
+    ax2.set(xlabel="update", ylabel="learning rate")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
 
 
 def plot_attention(maps: Dict[str, np.ndarray], labels: Dict[str, tuple], path, title: str = "") -> Path:

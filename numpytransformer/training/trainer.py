@@ -13,7 +13,9 @@ A run directory holds ``last/`` (the end of the latest epoch, with the optimiser
 ``--resume``), ``best/`` (the best validation score), ``history.json`` and ``curves.png``; with
 ``keep_epochs`` N, also ``epochs/NNN/`` for the last N epochs, and ``average/``, their mean,
 when it validates at least as well as ``best/`` (see :meth:`Trainer.average_kept`); a resume
-that trains on drops an ``average/`` of the epochs before it. A trainer without a run directory
+that trains on drops an ``average/`` of the epochs before it. With ``ema`` > 0, also ``ema/``: the
+moving average of the weights (:class:`~numpytransformer.training.optim.EMA`) at the end of the
+latest epoch, validated then; a resume continues the average from it. A trainer without a run directory
 writes nothing (the sentiment task's pretraining).
 Resuming restarts at the epoch after ``last/`` with the weights, the optimiser and the
 dropout generator as they were, so the losses equal an uninterrupted run's.
@@ -40,7 +42,6 @@ from typing import ClassVar, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from .checkpoint import (
-    atomic_write,
     average_checkpoints,
     load_checkpoint,
     read_checkpoint_meta,
@@ -48,11 +49,13 @@ from .checkpoint import (
 )
 from ..core.losses import cross_entropy
 from ..errors import NumpyTransformerError
-from .optim import Adam, CosineSchedule, Lion, NoamSchedule, clip_grad_norm
-from .parallel import SingleProcess
+from ..files import atomic_write
+from .optim import EMA, Adam, CosineSchedule, Lion, NoamSchedule, clip_grad_norm
+from .parallel import SingleProcess, rank_rows
+from .plotting import plot_history
 from .settings import check_fields, option
 
-__all__ = ["TrainConfig", "LATER_FIELDS", "TrainingTask", "Trainer", "kept_epochs", "plot_history", "without_timing"]
+__all__ = ["TrainConfig", "LATER_FIELDS", "TrainingTask", "Trainer", "kept_epochs", "without_timing"]
 
 
 @dataclass
@@ -85,6 +88,8 @@ class TrainConfig:
                        "lr-factor * d_model^-0.5 * warmup^-0.5)", low=0.0, high=10.0)
     min_lr_ratio: float = option("--min-lr-ratio", 0.1, "the cosine schedule's floor, as a share of its peak",
                                  low=0.0, high=1.0)
+    ema: float = option("--ema", 0.0, "also keep a moving average of the weights with this decay (e.g. 0.999), "
+                        "validated at each epoch's end and saved as OUT/ema/ (0: off)", low=0.0, high=0.999999)
 
     def __post_init__(self):
         check_fields(self)
@@ -95,7 +100,7 @@ class TrainConfig:
 
 #: The fields of :class:`TrainConfig` that the checkpoints of older runs lack, with the values those
 #: runs trained with: absent from a checkpoint, a field means this.
-LATER_FIELDS = {"optimizer": "adam", "schedule": "noam", "lr": 0.0, "min_lr_ratio": 0.1}
+LATER_FIELDS = {"optimizer": "adam", "schedule": "noam", "lr": 0.0, "min_lr_ratio": 0.1, "ema": 0.0}
 
 
 class TrainingTask(ABC):
@@ -145,10 +150,9 @@ class TrainingTask(ABC):
 
     def shard(self, batch, rank: int, size: int):
         """Rank ``rank``'s share of a training batch split among ``size`` ranks for data-parallel
-        training: its rows ``rank``, ``rank + size``, ``rank + 2 * size``, ...; None when there are
-        none (a batch of fewer rows than ranks). Interleaved rather than in blocks: a batch cut from
-        length-sorted buckets would give its longest rows all to the last rank."""
-        rows = batch[rank::size]
+        training (:func:`~numpytransformer.training.parallel.rank_rows`); None when there are none
+        (a batch of fewer rows than ranks)."""
+        rows = rank_rows(batch, rank, size)
         return rows if len(rows) else None
 
     def target_count(self, batch) -> int:
@@ -204,6 +208,7 @@ class Trainer:
         self.cosine = CosineSchedule(cfg.lr or self.noam(cfg.warmup), cfg.warmup, cfg.min_lr_ratio)
         optimizer = {"adam": Adam, "lion": Lion}[cfg.optimizer]
         self.optimizer = optimizer(model.parameters(), lr=self.learning_rate, weight_decay=cfg.weight_decay)
+        self.ema = EMA(model.parameters(), cfg.ema) if cfg.ema else None  # the average of the weights, or none
         self.total_updates = 0  # the run's length, for the cool-down: planned at each epoch's start
         self.data_summary = task.data_summary()  # recorded in every save: the data is hashed once
         self.history = {"steps": [], "epochs": []}
@@ -240,7 +245,8 @@ class Trainer:
             inputs, targets = task.batch_arrays(part)
             logits = model.forward(*task.noised(model, inputs))  # forward
             loss, n, dlogits = task.loss(logits, targets, self.cfg.label_smoothing)  # loss
-            model.backward(dlogits * (weight / len(group)))  # backward: the gradient of the group's mean loss
+            dlogits *= weight / len(group)  # the gradient of the group's mean loss (dlogits is ours to scale)
+            model.backward(dlogits)  # backward
             loss_sum, counted = loss_sum + loss * n, counted + n
         loss_sum, counted = self.comm.sum_gradients(grads, loss_sum, counted)  # allreduce: the batch's gradient
         loss = loss_sum / max(counted, 1)
@@ -250,6 +256,8 @@ class Trainer:
         if self.cfg.clip_norm:
             clip_grad_norm(grads, self.cfg.clip_norm)  # clip
         lr = self.optimizer.step(grads)  # update (Adam, or Lion)
+        if self.ema is not None:
+            self.ema.update(model.parameters())  # the moving average follows the new weights
         model.zero_grad()
         return float(loss), int(counted), lr
 
@@ -378,6 +386,8 @@ class Trainer:
         if meter["inputs"]:
             record["input_tokens"] = meter["inputs"]
         self.history["epochs"].append({**record, **metrics})
+        if self.ema is not None:
+            self.history["epochs"][-1][f"ema_{self.task.selection_metric}"] = self._ema_epoch()
         score = metrics[self.task.selection_metric]
         better = self.best_score is None or score >= self.best_score  # a tie goes to the later, longer-trained epoch
         if better:
@@ -387,6 +397,21 @@ class Trainer:
         shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
         self.log(f"epoch {self.epoch} done: train_loss {train_loss:.4f} {shown} [{_fmt_time(elapsed)}]")
         return metrics
+
+    def _ema_epoch(self) -> float:
+        """Validate the moving average of the weights (on rank 0) and save it as ``ema/``; returns its
+        score. The model's own weights are back in place afterwards."""
+        own = {k: p.copy() for k, p in self.model.parameters().items()}
+        self.ema.copy_to(self.model.parameters())
+        name = self.task.selection_metric
+        score = float(self.comm.bcast(self.task.validate(self.model)[name] if self.comm.is_writer else None))
+        if self.writes:
+            self.save("ema")
+        for k, p in self.model.parameters().items():
+            p[...] = own[k]
+        self.log(f"moving average of the weights (decay {self.cfg.ema:g}): validation {name} {score:.4f}"
+                 + (", saved as ema/" if self.writes else ""))
+        return score
 
     def _write_epoch(self, better: bool) -> None:
         """Save best/ (if ``better``), last/ and the kept epochs, and write the history."""
@@ -421,9 +446,27 @@ class Trainer:
             raise NumpyTransformerError(f"cannot resume {path}: the data read now is not the data it was trained on "
                                         f"({doc['data']} then, {self.data_summary} now); start a new run")
         load_checkpoint(path, self.model, self.optimizer, doc=doc)
+        if self.ema is not None:
+            self._resume_ema(doc["epoch"])
         self.epoch = self.saved_epoch = doc["epoch"]
         self.history, self.best_score = doc["history"], doc["best_score"]
         self.log(f"resumed from {path} after epoch {self.epoch}, update {self.optimizer.t}")
+
+    def _resume_ema(self, epoch: int) -> None:
+        """The moving average from ``ema/`` when it holds ``epoch``, as ``last/`` does; else it
+        restarts from the weights of ``last/``."""
+        path = self.out_dir / "ema"
+        saved = read_checkpoint_meta(path)["epoch"] if (path / "checkpoint.json").exists() else None
+        if saved != epoch:
+            self.log("the moving average of the weights restarts from last/: ema/ "
+                     + ("does not exist" if saved is None else f"holds epoch {saved}, not {epoch}"))
+            self.ema.load_state_arrays(self.model.parameters())
+            return
+        own = {k: p.copy() for k, p in self.model.parameters().items()}
+        load_checkpoint(path, self.model)  # ema/'s weights pass through the model into the average
+        self.ema.load_state_arrays(self.model.parameters())
+        for k, p in self.model.parameters().items():
+            p[...] = own[k]
 
 
 def kept_epochs(folder) -> list:
@@ -432,26 +475,3 @@ def kept_epochs(folder) -> list:
     folder = Path(folder)
     epochs = [p for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
     return sorted(epochs, key=lambda p: int(p.name))
-
-
-def plot_history(history: dict, path, log=print) -> None:
-    """Loss and learning-rate curves as a PNG (skipped, with a note, without matplotlib)."""
-    from .plotting import new_figure
-
-    try:
-        fig = new_figure(figsize=(10, 3.5))
-    except NumpyTransformerError:
-        log("matplotlib is not installed: no curves.png (pip install matplotlib)")
-        return
-    steps, epochs = history["steps"], history["epochs"]
-    ax1, ax2 = fig.subplots(1, 2)
-    updates = [s["step"] for s in steps]
-    ax1.plot(updates, [s["loss"] for s in steps], lw=0.8, label="train (per update, label-smoothed)")
-    if epochs and "val_loss" in epochs[0]:
-        ax1.plot([e["step"] for e in epochs], [e["val_loss"] for e in epochs], "o-", label="validation (no smoothing)")
-    ax1.set(xlabel="update", ylabel="loss", yscale="log")
-    ax1.legend()
-    ax2.plot(updates, [s["lr"] for s in steps])
-    ax2.set(xlabel="update", ylabel="learning rate")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
