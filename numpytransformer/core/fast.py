@@ -61,7 +61,7 @@ __all__ = ["use_fast", "textbook", "enabled", "kernels", "PAIRS", "TEXTBOOK", "O
 
 # ---- BEGIN FAST FORMS (the student edition's fast.py has none: its Modules run the student's pairs) ----
 __all__ += ["row_sums", "softmax", "empty_reusable", "REUSE_BYTES", "linear_forward", "attention_forward",
-            "attention_backward", "ATTENTION_CHUNK", "multihead_attention_forward", "multihead_attention_backward", "layernorm_forward",
+            "attention_backward", "ATTENTION_CHUNK", "ATTENTION_WHOLE", "multihead_attention_forward", "multihead_attention_backward", "layernorm_forward",
             "softmax_cross_entropy_forward", "softmax_cross_entropy_backward", "adam_step", "append_positions",
             "DEFAULT_ROOM"]
 
@@ -133,6 +133,9 @@ def linear_forward(x: np.ndarray, W: np.ndarray, b: Optional[np.ndarray]):
 #: size and its softmax stay in the CPU's cache, where the whole (B, H, T, S) scores would be
 #: streamed through memory at each of the softmax's passes.
 ATTENTION_CHUNK = 1 << 16
+#: Scores up to this many elements in all are softmaxed in one block: a loop over small blocks
+#: costs more in Python than the cache saves.
+ATTENTION_WHOLE = 1 << 20
 
 
 def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Optional[np.ndarray] = None):
@@ -162,19 +165,22 @@ def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Optiona
         bias = stacked(np.where(full, dt(0), dt(attention.MASK_VALUE)).astype(dtype, copy=False))
         has_key = full.any(axis=-1, keepdims=True)
         has_key = None if has_key.all() else np.broadcast_to(has_key, lead + (T, 1))
-    width = max(1, min(lead[-1], ATTENTION_CHUNK // (T * S)))  # heads (the last stacked axis) a block
-    for outer in np.ndindex(*lead[:-1]):
-        for h in range(0, lead[-1], width):
-            at = outer + (slice(h, h + width),)
-            scores = np.matmul(q_all[at] * dt(scale), k_all[at].swapaxes(-1, -2))  # (width, T, S)
-            if bias is not None:
-                scores += bias[at]
-            scores -= scores.max(axis=-1, keepdims=True)
-            np.exp(scores, out=scores)
-            block = np.divide(scores, row_sums(scores), out=weights[at])
-            if has_key is not None:
-                block *= has_key[at]  # fully masked rows: no weight at all
-            np.matmul(block, v_all[at], out=out[at])
+    if int(np.prod(lead)) * T * S <= ATTENTION_WHOLE:
+        blocks = [Ellipsis]
+    else:
+        width = max(1, min(lead[-1], ATTENTION_CHUNK // (T * S)))  # heads (the last stacked axis) a block
+        blocks = [outer + (slice(h, h + width),) for outer in np.ndindex(*lead[:-1])
+                  for h in range(0, lead[-1], width)]
+    for at in blocks:
+        scores = np.matmul(q_all[at] * dt(scale), k_all[at].swapaxes(-1, -2))  # (width, T, S)
+        if bias is not None:
+            scores += bias[at]
+        scores -= scores.max(axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
+        block = np.divide(scores, row_sums(scores), out=weights[at])
+        if has_key is not None:
+            block *= has_key[at]  # fully masked rows: no weight at all
+        np.matmul(block, v_all[at], out=out[at])
     shape = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     cache = attention.AttentionCache(q, k, v, weights.reshape(shape + (T, S)), mask, scale)
     return out.reshape(shape + out.shape[-2:]), cache
