@@ -133,9 +133,28 @@ def linear_forward(x: np.ndarray, W: np.ndarray, b: Optional[np.ndarray]):
 #: size and its softmax stay in the CPU's cache, where the whole (B, H, T, S) scores would be
 #: streamed through memory at each of the softmax's passes.
 ATTENTION_CHUNK = 1 << 16
-#: Scores up to this many elements in all are softmaxed in one block: a loop over small blocks
-#: costs more in Python than the cache saves.
+#: Scores up to this many elements in all are computed at once (:func:`_attention_at_once`): a loop
+#: over blocks costs more in Python than the cache saves.
 ATTENTION_WHOLE = 1 << 20
+
+
+def _attention_at_once(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Optional[np.ndarray] = None):
+    """:func:`attention.attention_forward` for scores small enough to stay in the cache whole: the
+    scores turned into weights in their own array."""
+    scale = q.shape[-1] ** -0.5
+    scores = q @ k.swapaxes(-1, -2)  # (..., T, S)
+    scores *= q.dtype.type(scale)
+    if mask is not None:
+        np.copyto(scores, q.dtype.type(attention.MASK_VALUE), where=~mask)
+    weights = np.subtract(scores, scores.max(axis=-1, keepdims=True), out=scores)
+    np.exp(weights, out=weights)
+    weights /= row_sums(weights)
+    if mask is not None:
+        has_key = mask.any(axis=-1, keepdims=True)
+        if not has_key.all():
+            weights *= has_key  # fully masked rows: no weight at all
+    out = weights @ v  # (..., T, d_v)
+    return out, attention.AttentionCache(q, k, v, weights, mask, scale)
 
 
 def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Optional[np.ndarray] = None):
@@ -151,6 +170,8 @@ def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Optiona
     scale = q.shape[-1] ** -0.5
     lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]) or (1,)  # (..., ) of the stacks
     T, S = q.shape[-2], k.shape[-2]
+    if int(np.prod(lead)) * T * S <= ATTENTION_WHOLE:
+        return _attention_at_once(q, k, v, mask)
     dtype = np.result_type(q, k, v)
     weights = np.empty(lead + (T, S), dtype)  # (..., T, S)
     out = np.empty(lead + (T, v.shape[-1]), dtype)  # (..., T, d_v)
@@ -165,12 +186,8 @@ def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Optiona
         bias = stacked(np.where(full, dt(0), dt(attention.MASK_VALUE)).astype(dtype, copy=False))
         has_key = full.any(axis=-1, keepdims=True)
         has_key = None if has_key.all() else np.broadcast_to(has_key, lead + (T, 1))
-    if int(np.prod(lead)) * T * S <= ATTENTION_WHOLE:
-        blocks = [Ellipsis]
-    else:
-        width = max(1, min(lead[-1], ATTENTION_CHUNK // (T * S)))  # heads (the last stacked axis) a block
-        blocks = [outer + (slice(h, h + width),) for outer in np.ndindex(*lead[:-1])
-                  for h in range(0, lead[-1], width)]
+    width = max(1, min(lead[-1], ATTENTION_CHUNK // (T * S)))  # heads (the last stacked axis) a block
+    blocks = [outer + (slice(h, h + width),) for outer in np.ndindex(*lead[:-1]) for h in range(0, lead[-1], width)]
     for at in blocks:
         scores = np.matmul(q_all[at] * dt(scale), k_all[at].swapaxes(-1, -2))  # (width, T, S)
         if bias is not None:
