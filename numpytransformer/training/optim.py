@@ -126,7 +126,27 @@ def _decay_matrices(params: Dict[str, np.ndarray], rate: float) -> None:
             p *= p.dtype.type(1 - rate)
 
 
-class Adam:
+class _Momentum:
+    """What Adam and Lion share: the live parameters, a rate (a constant or a schedule), two betas,
+    decoupled weight decay, the step count and the first moment ``m``."""
+
+    def __init__(self, params: Dict[str, np.ndarray], lr, betas, weight_decay: float):
+        self.params = params
+        self.lr = lr if callable(lr) else check_real(lr, "lr", 0.0)
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise NumpyTransformerError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+        self.beta1 = check_real(betas[0], "betas[0]", 0.0, 1.0, high_open=True)
+        self.beta2 = check_real(betas[1], "betas[1]", 0.0, 1.0, high_open=True)
+        self.weight_decay = check_real(weight_decay, "weight_decay", 0.0)
+        self.t = 0
+        self.m = {k: np.zeros_like(p) for k, p in params.items()}
+
+    def current_lr(self, step: Optional[int] = None) -> float:
+        step = self.t if step is None else step
+        return float(self.lr(step)) if callable(self.lr) else float(self.lr)
+
+
+class Adam(_Momentum):
     """Adam (Kingma & Ba, 2015) with the paper's defaults beta1=0.9, beta2=0.98, eps=1e-9.
 
     .. math:: m \\leftarrow \\beta_1 m + (1-\\beta_1) g,\\quad v \\leftarrow \\beta_2 v + (1-\\beta_2) g^2,\\quad
@@ -152,21 +172,9 @@ class Adam:
 
     def __init__(self, params: Dict[str, np.ndarray], lr=1e-3, betas=(0.9, 0.98), eps: float = 1e-9,
                  weight_decay: float = 0.0):
-        self.params = params
-        self.lr = lr if callable(lr) else check_real(lr, "lr", 0.0)
-        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            raise NumpyTransformerError(f"betas must be a pair (beta1, beta2), got {betas!r}")
-        self.beta1 = check_real(betas[0], "betas[0]", 0.0, 1.0, high_open=True)
-        self.beta2 = check_real(betas[1], "betas[1]", 0.0, 1.0, high_open=True)
+        super().__init__(params, lr, betas, weight_decay)
         self.eps = check_real(eps, "eps", 0.0, low_open=True)
-        self.weight_decay = check_real(weight_decay, "weight_decay", 0.0)
-        self.t = 0
-        self.m = {k: np.zeros_like(p) for k, p in params.items()}
         self.v = {k: np.zeros_like(p) for k, p in params.items()}
-
-    def current_lr(self, step: Optional[int] = None) -> float:
-        step = self.t if step is None else step
-        return float(self.lr(step)) if callable(self.lr) else float(self.lr)
 
     def step(self, grads: Dict[str, np.ndarray]) -> float:
         """Apply one update from ``grads`` (same keys as the params); returns the learning rate used."""
@@ -208,7 +216,7 @@ class Adam:
         self.t = int(t)
 
 
-class Lion:
+class Lion(_Momentum):
     """Lion (Chen et al., 2023, "Symbolic Discovery of Optimization Algorithms"): the sign of an
     interpolation of momentum and gradient, so every weight moves by ``lr`` a step (decay aside).
 
@@ -238,19 +246,7 @@ class Lion:
     name = "lion"
 
     def __init__(self, params: Dict[str, np.ndarray], lr=1e-4, betas=(0.9, 0.99), weight_decay: float = 0.0):
-        self.params = params
-        self.lr = lr if callable(lr) else check_real(lr, "lr", 0.0)
-        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            raise NumpyTransformerError(f"betas must be a pair (beta1, beta2), got {betas!r}")
-        self.beta1 = check_real(betas[0], "betas[0]", 0.0, 1.0, high_open=True)
-        self.beta2 = check_real(betas[1], "betas[1]", 0.0, 1.0, high_open=True)
-        self.weight_decay = check_real(weight_decay, "weight_decay", 0.0)
-        self.t = 0
-        self.m = {k: np.zeros_like(p) for k, p in params.items()}
-
-    def current_lr(self, step: Optional[int] = None) -> float:
-        step = self.t if step is None else step
-        return float(self.lr(step)) if callable(self.lr) else float(self.lr)
+        super().__init__(params, lr, betas, weight_decay)
 
     def step(self, grads: Dict[str, np.ndarray]) -> float:
         """Apply one update from ``grads`` (same keys as the params); returns the learning rate used."""
