@@ -162,8 +162,8 @@ class Grader:
 
     def gradient(self, got: dict, key: str, name: str, numeric: np.ndarray, tol: float, case: str,
                  hint: str = "", entry: Optional[str] = None) -> bool:
-        """A gradient against the expected one (finite differences of the grader's own forward; a whole
-        layer's, its own backward: ``reference.compute``); ``hint`` is told at step 3."""
+        """A gradient against the expected one, the grader's library's own (``reference.compute``),
+        by relative error (absolute for a gradient that is zero up to noise); ``hint`` is told at step 3."""
         entry = entry or self.entry(name, case)
         a = self.array(got, key, name, numeric.shape, case, entry)
         if a is None:
@@ -268,9 +268,9 @@ def judge_pair(g: Grader, eid: str, got: dict, exp: dict) -> None:
                 if name is None:
                     continue
                 key, formula = f"{pre}c{i}.d{name}", hints.formula(eid, "d" + name)
-                if case.reference == "numeric":
+                if case.tol:
                     g.gradient(got, key, "d" + name, exp[key], case.tol, label, formula)
-                else:
+                else:  # a gradient that is exactly 0
                     g.close(got, key, "d" + name, exp[key], case.tol, label, hint=formula)
             _pair_properties(g, eid, pre, i, case._replace(name=label), got)
 
@@ -320,7 +320,7 @@ def _layer_gradients(g: Grader, eid: str, got: dict, exp: dict, i: int, case: st
         g.close(got, f"c{i}.out", "the forward's out", exp[f"c{i}.out"], 1e-10, case, relative=True,
                 entry=g.entry(labels[key], case))
     for key in keys:
-        g.gradient(got, key, labels[key], exp[key], KINK_TOL, case, hints.formula(eid, names[key]))
+        g.gradient(got, key, labels[key], exp[key], trusted.ANALYTIC_TOL, case, hints.formula(eid, names[key]))
 
 
 def judge_block(g: Grader, eid: str, got: dict, exp: dict) -> None:

@@ -485,6 +485,11 @@ Your job is to replace each such line with code that computes what the message s
 The docstring of each function states its contract: its shapes, what it returns and
 the forward's equation. Code after the `raise` line (often the `return`) stays: it shows
 the names you must define. {derive}
+
+A backward pass is derived, not measured: hand in its derivation with the code (half a page,
+from the forward's equation through each step of the chain rule to the formula in your code's
+names). Finite differences of the forward are how the lessons *check* a backward, never one:
+the checker refuses a backward that calls its own forward.
 {released}
 ## Working on an exercise
 
@@ -502,14 +507,14 @@ In a notebook, the setup cell runs `%autoreload 2`, so a function you edit in a 
 file is reloaded when you re-run a cell; if in doubt, restart the kernel.
 
 The checker runs your functions in a separate process, on its own test cases, and compares
-what they return with reference values: gradients with float64 finite differences (a whole
-block's, 7.1, with the library's backward, checked that way in its tests), forward values,
-optimiser states, counts and messages with the library's. It prints one line per exercise:
+what they return with the reference library's: gradients with its analytic backward (to a
+relative 1e-12, which finite differences do not reach; your backward may not call its own
+forward), forward values, optimiser states, counts and messages. It prints one line per exercise:
 
-    6.1 rmsnorm_backward ... passed (largest relative error 3.1e-11, tolerance 1e-7)
+    6.1 rmsnorm_backward ... passed (largest relative error 3.1e-16, tolerance 1e-12)
     6.1 rmsnorm_backward ... not yet implemented (the raise at numpytransformer/core/rmsnorm.py:NN)
     3.2 rotary_backward ... not yet implemented (needs Exercise 3.1 first)
-    6.1 rmsnorm_backward ... FAILED: dx: relative error 2.3e-01 (tolerance 1e-7) [x (2, 3, 5), eps 1e-05]; ...
+    6.1 rmsnorm_backward ... FAILED: dx: relative error 2.3e-01 (tolerance 1e-12) [x (2, 3, 5), eps 1e-05]; ...
 
 A FAILED line names the tensor that is wrong, by how much, and the case (shapes, mask).
 Hints come in steps. The first failed check of an exercise says only that; the next one
@@ -517,8 +522,8 @@ adds the property your result breaks (RMSNorm's dx is orthogonal to x when eps =
 rows get no gradient; a rotation keeps every pair's length ...) or a simple relation to the right answer (transposed, sign flipped, off by a
 constant factor). The failed attempts are counted in `.grader_attempts.json` in this folder;
 the last step, close to the formula, comes from your teacher's grader only. Every failing
-tensor is listed, one per line. Tolerances: 1e-7 for smooth operations, 1e-5 near kinks
-(masks), for whole blocks and for the optimiser's steps. "needs Exercise X first"
+tensor is listed, one per line. Tolerances: a relative 1e-12 for the gradients of a backward
+pass or a whole block, 1e-7 for the optimiser's steps (1e-5 in float32). "needs Exercise X first"
 means that the check also runs the code of exercise X (the "needs" column), which still
 raises NotImplementedError; your teacher's grader runs its own code for X instead, so each
 exercise is graded on its own. Each exercise has a time limit of a minute. The exit code

@@ -1,8 +1,8 @@
 """The grader's formula-level hints: the last of its three steps.
 
 A failing check first names the wrong tensor and the size of its error; the next failed
-attempt adds the property the result breaks (rows of dS sum to 0, dx is orthogonal to
-x_hat) and any simple relation to the right answer; only after several failed attempts,
+attempt adds the property the result breaks (RMSNorm's dx is orthogonal to x when eps = 0,
+pad rows get no gradient) and any simple relation to the right answer; only after several failed attempts,
 or with ``check --hints full``, does it add the line below, which is close to the answer.
 
 The student edition's copy of this file is empty (``build`` writes :data:`STUDENT_EDITION`
@@ -64,12 +64,14 @@ FORMULAS: Dict[str, Dict[str, str]] = {
     "12.1": {"out": "keep probs >= p * probs.max() (ties at the threshold kept), zero the rest, renormalise"},
     "12.2": {"out": "positions = np.arange(held, held + T), rotate q and k by them before the cache",
              "offset": "after the cache the new tokens sit at held .. held + T - 1, not at 0 .. T - 1"},
-    "13.1": {"chunks": "at step s rank r sends chunk (r - s) mod N; rank r adds what r - 1 sent into its chunk "
-                       "(r - s - 1) mod N; every send of a step happens before any add",
-             "messages": "one Message(step, sender, receiver, chunk) per send, N per step, in any order"},
-    "13.2": {"chunks": "at step s rank r sends chunk (r + 1 - s) mod N and replaces its chunk (r - s) mod N with "
-                       "what r - 1 sent",
-             "messages": "one Message(step, sender, receiver, chunk) per send, N per step, in any order"},
+    "13.1": {"chunks": "at step s (d = N >> (s + 1)) rank r and its partner r ^ d share an aligned block of 2d chunks; "
+                       "r sends the d of the half that holds the partner and adds the partner's into its own half; "
+                       "every send of a step happens before any add",
+             "messages": "one Message(step, sender, receiver, chunk) per chunk sent: N d per step, in any order"},
+    "13.2": {"chunks": "at step s (d = 1 << s) rank r sends the d finished chunks of its aligned block of d and "
+                       "replaces (does not add to) its copies of the partner's block; read only chunk r of rank r "
+                       "at first",
+             "messages": "one Message(step, sender, receiver, chunk) per chunk sent: N d per step, in any order"},
 }
 
 

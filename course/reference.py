@@ -1,13 +1,12 @@
 """The values a student's answers are compared with, computed by the grader's own library.
 
-In the teacher's repository every value is computed when it is needed: the forward
-values and optimiser states by running the library's own functions on the trusted
-cases (:func:`probe.collect`), the gradients of the pairs by finite differences of the
-library's forward (:func:`trusted.numerical_gradient`), never by the backward under test.
-A whole layer's (7.1, 7.2) are its own backward's, which ``tests/test_gradients.py`` proves
-by finite differences: a layer's feed-forward has dozens of ReLU kinks, and a case drawn
-afresh (a salt) can put one within the step of the differences, which are then wrong (the
-cases of ``--seed 1003188327`` did, and failed a correct 7.2).
+In the teacher's repository every value is computed when it is needed, by running the
+library's own functions on the trusted cases (:func:`probe.collect`): the forward values,
+the optimiser states, and the gradients of its own backward passes, the teacher's analytic
+ones, which ``tests/test_gradients.py``, ``tests/test_siblings.py`` and
+``tests/test_exercises.py`` prove by finite differences (the last on these very cases). A
+student's backward is held to them at ``trusted.ANALYTIC_TOL``, far below what finite
+differences reach, so a numerical gradient is not taken for a backward.
 A student edition has no solutions to compute them with, so ``build`` stores them,
 computed by the teacher's library, in ``exercises/reference.npz`` (numbers, no code,
 read without pickle).
@@ -50,28 +49,9 @@ def _lib(name: str):
     return importlib.import_module(f"{_PACKAGE}.{name}")
 
 
-def _pair_gradients(exercise_id: str, values: dict) -> None:
-    _, module, names = trusted.PROBES[exercise_id]
-    for j in range(len(names) // 2):
-        forward, pre = getattr(_lib(module), names[2 * j]), probe.pair_prefix(j)
-        for i, case in enumerate(trusted.pair_cases(exercise_id)):
-            if case.reference != "numeric":
-                continue
-            inputs = {k: v.copy() for k, v in case.inputs.items()}
-            out, _ = forward(**inputs, **case.static)
-            dout = trusted.rng(case.seed).standard_normal(np.shape(out))
-            for name in case.wrt:
-                if name is not None:
-                    values[f"{pre}c{i}.d{name}"] = trusted.numerical_gradient(
-                        lambda: forward(**inputs, **case.static)[0], inputs[name], dout)
-
-
 def compute(exercise_id: str) -> Dict[str, np.ndarray]:
     """The expected values of one exercise, from this package's own library."""
-    values = probe.collect(exercise_id, _lib)
-    if trusted.PROBES[exercise_id][0] == "pair":
-        _pair_gradients(exercise_id, values)
-    return values
+    return probe.collect(exercise_id, _lib)
 
 
 def expected(exercise_id: str) -> Dict[str, np.ndarray]:

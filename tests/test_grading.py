@@ -108,8 +108,8 @@ def test_a_wrong_swiglu_backward_fails_exercise_6_2_alone(complete, tmp_path):
     failed = [t["name"] for t in cases if t["status"] == "failed"]
     assert len(failed) == 2 and all(": dV [" in n for n in failed), failed
     assert all("relative error 5.0e-01" in t["output"] for t in cases if t["status"] == "failed")
-    assert scores["6.2"][0] == pytest.approx(10 * 6 / 8, abs=1e-3)
-    assert doc["score"] == pytest.approx(sum(e.points for e in EXERCISES) - 10 * 2 / 8, abs=0.01)
+    assert scores["6.2"][0] == pytest.approx(BY_ID["6.2"].points * 6 / 8, abs=1e-3)
+    assert doc["score"] == pytest.approx(sum(e.points for e in EXERCISES) - BY_ID["6.2"].points * 2 / 8, abs=0.01)
     assert doc["max_score"] == sum(e.points for e in EXERCISES)
 
 
@@ -152,10 +152,10 @@ def _mistake(tmp_path: Path, exercise_id: str, old: str, new: str) -> Path:
     return folder
 
 
-def test_a_ring_may_list_the_messages_of_a_step_in_any_order(tmp_path):
+def test_a_collective_may_list_the_messages_of_a_step_in_any_order(tmp_path):
     """The contract leaves the order of a step's messages open: the ranks visited the other way round pass."""
-    folder = _mistake(tmp_path, "13.2", "        for r in range(N):\n            left, i = (r - 1) % N, (r - s) % N",
-                      "        for r in reversed(range(N)):\n            left, i = (r - 1) % N, (r - s) % N")
+    folder = _mistake(tmp_path, "13.2", "        for r in range(N):\n            partner, mine = r ^ d",
+                      "        for r in reversed(range(N)):\n            partner, mine = r ^ d")
     result = checks.run_check("13.2", folder, salt=5)
     assert result.status == "passed", result.detail
 
@@ -166,7 +166,7 @@ def test_a_ring_may_list_the_messages_of_a_step_in_any_order(tmp_path):
     ("9.2", "if t < min_len:", "if t <= min_len:", "banned [t at min_len", "banned [t after min_len"),
     ("12.2", "positions = np.arange(held, held + x.shape[1])", "positions = np.arange(x.shape[1])",
      "positions 3..3]", "positions 0..2]"),
-    ("13.1", "chunks[r][i] = chunks[r][i] + sent[left]", "chunks[r][i] = sent[left]", "chunks [3 ranks", "messages ["),
+    ("13.1", "chunks[r][i] = chunks[r][i] + received", "chunks[r][i] = received", "chunks [4 ranks", "messages ["),
 ])
 def test_the_back_half_earns_partial_credit_by_case(tmp_path, exercise_id, old, new, failing, passing):
     """A typical mistake fails the cases it breaks, each named, and no more: what the
@@ -390,7 +390,7 @@ def test_the_gradescope_zip_grades_a_submission_as_gradescope_runs_it(tmp_path, 
     (root / "submission" / "notes.txt").write_text("hello")
     doc = _run_autograder(root)
     scores = _by_exercise(doc)
-    assert list(scores) == ["6.1", "6.2"] and doc["max_score"] == 18
+    assert list(scores) == ["6.1", "6.2"] and doc["max_score"] == BY_ID["6.1"].points + BY_ID["6.2"].points
     assert scores["6.1"][0] == pytest.approx(8, abs=1e-3)
     assert "6.2 swiglu_backward ... FAILED: dx is None" in doc["output"]
     assert 0 < scores["6.2"][0] < 10  # dW2 is right
@@ -402,7 +402,7 @@ def test_the_gradescope_zip_grades_a_submission_as_gradescope_runs_it(tmp_path, 
     doc = _run_autograder(root)
     scores = _by_exercise(doc)
     assert scores["6.1"][0] == pytest.approx(8, abs=1e-3)
-    assert scores["6.2"][0] == pytest.approx(10 * 6 / 8, abs=1e-3)
+    assert scores["6.2"][0] == pytest.approx(BY_ID["6.2"].points * 6 / 8, abs=1e-3)
 
 
 def test_a_weekly_assignment_grades_its_exercises_with_a_recorded_seed(tmp_path, capsys):
