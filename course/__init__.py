@@ -2,7 +2,7 @@
 
 The library is its own reference solution. The code a student writes is fenced in it::
 
-    ### BEGIN SOLUTION 6.1: dx and dgamma of RMSNorm (LayerNorm's backward without the mean and beta)
+    ### BEGIN SOLUTION 6.1: dx and dgamma of RMSNorm, gamma times x over the root mean square of its row
     ...
     ### END SOLUTION
 

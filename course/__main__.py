@@ -236,6 +236,11 @@ def _gradescope(out_zip: str, hints: str, exercises: Optional[str] = None) -> in
     from .fences import BuildError
     from .gradescope import UPLOAD, build_package, parse_exercises
 
+    from .reference import is_student_edition
+
+    if is_student_edition():
+        return _fail("gradescope builds the autograder from the teacher's full repository, whose library holds the "
+                     "solutions; this folder is a student edition")
     try:
         chosen = None if exercises is None else parse_exercises(exercises)
     except ValueError as e:

@@ -57,6 +57,8 @@ def diagnose(a: np.ndarray, e: np.ndarray) -> str:
     if a.ndim >= 2 and a.shape[-1] == a.shape[-2] and rel_error(a, np.swapaxes(e, -1, -2)) < 1e-6:
         return "it is the transpose of the right one"
     factor = float(np.vdot(a, e) / np.vdot(e, e))
+    if abs(factor - 1) < 1e-6:  # a small error, not a factor: nothing simple to say
+        return ""
     if rel_error(a, factor * e) < 1e-6:
         return "the sign is flipped" if abs(factor + 1) < 1e-6 else f"it is the right one times {factor:.4g}"
     return ""

@@ -2,7 +2,7 @@
 
 A fence sits inside a function body::
 
-    ### BEGIN SOLUTION 6.1: dx and dgamma of RMSNorm (LayerNorm's backward without the mean and beta)
+    ### BEGIN SOLUTION 6.1: dx and dgamma of RMSNorm, gamma times x over the root mean square of its row
     ...the reference code...
     ### END SOLUTION
 
@@ -49,10 +49,11 @@ _END = re.compile(r"^(?P<indent>[ \t]*)### END SOLUTION\s*$")
 _LOOSE = re.compile(r"^\s*#+\s*(BEGIN|END)\s+SOLUTION", re.IGNORECASE)
 #: What the repository holds besides the package: copied into the edition when present.
 #: Besides the package and lessons/: what pip needs, and the measured sweeps that lesson 11 reads.
-_EXTRA_FILES = ("README.md", "setup.cfg", "pyproject.toml", "data/README.md",
+_EXTRA_FILES = ("README.md", "setup.cfg", "pyproject.toml", "data/README.md", "benchmarks/RESULTS.md",
                 "benchmarks/results/sweep-reverse-seq2seq.json", "benchmarks/results/sweep-reverse-tagger.json")
+# The guide holds the answer keys, and GRADESCOPE.md how the autograder is set up: both stay with the teacher.
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".ipynb_checkpoints", ".pytest_cache",
-                                 "reference.npz", "INSTRUCTOR.md")  # the guide holds the answer keys
+                                 "reference.npz", "INSTRUCTOR.md", "GRADESCOPE.md")
 
 
 class FenceError(ValueError):
@@ -488,8 +489,9 @@ the names you must define. {derive}
 
 A backward pass is derived, not measured: hand in its derivation with the code (half a page,
 from the forward's equation through each step of the chain rule to the formula in your code's
-names). Finite differences of the forward are how the lessons *check* a backward, never one:
-the checker refuses a backward that calls its own forward.
+names; your teacher grades it, with points of its own). Finite differences of the forward are
+how the lessons *check* a backward, never one: the checker refuses a backward that calls its
+own forward, and a backward that computes its gradients numerically earns no points.
 {released}
 ## Working on an exercise
 
@@ -551,8 +553,9 @@ is 0 only when every selected exercise passed.
   `results.json` with one test per case, each with its share of the exercise's points
   ({total_points} in all): each gradient in each shape or mask case, each value, count or
   message list in each case.
-* On Gradescope: `python -m course gradescope autograder.zip` builds the
-  autograder (see `lessons/GRADESCOPE.md`, which says what students upload).
+* On Gradescope: `python -m course gradescope autograder.zip --exercises 4.1,4.2`, run in the
+  full repository, builds one week's autograder (the teacher's `lessons/GRADESCOPE.md` says what
+  students upload).
 * After a deadline: `python -m course release 4.1,4.2 --into STUDENT_DIR`
   writes those solutions into a student's folder and changes nothing else of theirs.
 * The checks in this folder (`course/`) are the same code, with the

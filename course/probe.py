@@ -76,8 +76,8 @@ def _forward_refused(forward: str, backward: str):
 
 
 def probe_pair(lib, module: str, names, exercise_id: str) -> dict:
-    """Each case through the pair: the forward, then the backward with the forward's name in its module
-    refused, so that a backward cannot be finite differences of the forward."""
+    """Each case through the pair: the forward, then the backward with the forward refused under every
+    name its module holds it by, so that a backward cannot be finite differences of that forward."""
     out = {}
     for j in range(len(names) // 2):
         forward, backward = (getattr(lib(module), n) for n in names[2 * j:2 * j + 2])
@@ -89,11 +89,15 @@ def probe_pair(lib, module: str, names, exercise_id: str) -> dict:
             dout = trusted.rng(case.seed).standard_normal(np.shape(y))
             fields = cache._asdict() if hasattr(cache, "_asdict") else {}
             before = {k: v.copy() for k, v in fields.items() if isinstance(v, np.ndarray)}
-            setattr(lib(module), names[2 * j], refused)
+            mod = lib(module)
+            aliases = [name for name, value in vars(mod).items() if value is forward]  # the forward, by any name
+            for name in aliases:
+                setattr(mod, name, refused)
             try:
                 grads = backward(dout.copy(), cache)
             finally:
-                setattr(lib(module), names[2 * j], forward)
+                for name in aliases:
+                    setattr(mod, name, forward)
             grads = grads if isinstance(grads, tuple) else (grads,)
             out[f"{pre}c{i}.count"] = np.array(len(grads))
             for name, g in zip(case.wrt, grads):

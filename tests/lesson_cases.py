@@ -6,11 +6,24 @@ grader's generator (``course.trusted.rng``), so the cases are the ones these pai
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from course.trusted import KINK_TOL, MHA_PARAMS, PAD, SMOOTH_TOL, VALUE_TOL, Case, rng, shapes
+from course.trusted import KINK_TOL, MHA_PARAMS, PAD, SMOOTH_TOL, VALUE_TOL, rng, shapes
+
+
+class Case(NamedTuple):
+    """One gradient check of a lesson's pair."""
+
+    name: str
+    inputs: Dict[str, np.ndarray]  # float arrays the gradients are taken with respect to
+    static: Dict[str, Any]  # the other arguments
+    wrt: Tuple[Optional[str], ...] = ()  # the name of each value the backward returns; None: not checked
+    tol: float = SMOOTH_TOL
+    seed: int = 0  # of the random dout
+    #: "numeric": checked by centred differences; "library": where they say nothing (at a kink, a pad row)
+    reference: str = "numeric"
 
 #: name -> (module, forward, backward) of each pair; its cases are ``pair_cases(name)``.
 LESSON_PAIRS = {

@@ -236,29 +236,35 @@ def test_reference_gradients_are_finite_differences_of_the_library():
                 assert trusted.grad_error(g, numeric)[1] < trusted.KINK_TOL, (exercise_id, i, name)
 
 
-#: (exercise, a line of its fence, a numerical gradient in its place through an alias of the forward)
+#: (exercise, a line of its fence, a numerical gradient of the forward in its place, a copy of the forward's code)
 NUMERICAL = [
     ("1.1", "dgate = np.exp(-0.5 * x ** 2) / math.sqrt(2.0 * math.pi)  # the normal density phi(x)\n        dx = dout * (cache.gate + x * dgate)",
-     "f, h = (lambda v: gelu_forward(v)[0]), 1e-5\n        dx = dout * (f(x + h) - f(x - h)) / (2 * h)"),
+     "f, h = (lambda v: gelu_forward(v)[0]), 1e-5\n        dx = dout * (f(x + h) - f(x - h)) / (2 * h)",
+     "def _copy(x):\n    return x * 0.5 * (1.0 + erf(x / math.sqrt(2.0))), None\n"),
     ("6.1", "    dx = rrms * (g - xhat * (g * xhat).mean(axis=-1, keepdims=True))",
      "    x, dx, h = xhat / rrms, np.empty_like(xhat), 1e-5\n"
      "    for idx in np.ndindex(*x.shape):\n"
      "        xp, xm = x.copy(), x.copy()\n"
      "        xp[idx] += h\n"
      "        xm[idx] -= h\n"
-     "        dx[idx] = ((rmsnorm_forward(xp, gamma)[0] - rmsnorm_forward(xm, gamma)[0]) * dout).sum() / (2 * h)"),
+     "        dx[idx] = ((rmsnorm_forward(xp, gamma)[0] - rmsnorm_forward(xm, gamma)[0]) * dout).sum() / (2 * h)",
+     "def _copy(x, gamma, eps=1e-5):\n    return gamma * x / np.sqrt((x ** 2).mean(axis=-1, keepdims=True) + eps), None\n"),
 ]
 
 
-@pytest.mark.parametrize("exercise_id, old, new", NUMERICAL, ids=[n[0] for n in NUMERICAL])
-def test_a_numerical_gradient_is_not_a_backward(tmp_path, exercise_id, old, new):
-    """A backward that runs its forward is refused by name; one that runs an alias of it (the same
-    centred differences) misses the analytic gradients by far more than the tolerance."""
-    forward = trusted.PROBES[exercise_id][2][0]
+@pytest.mark.parametrize("exercise_id, old, new, copy", NUMERICAL, ids=[n[0] for n in NUMERICAL])
+def test_a_numerical_gradient_is_not_a_backward(tmp_path, exercise_id, old, new, copy):
+    """A backward that runs its forward, by its name or another, is refused; centred differences of a copy
+    of the forward's code miss the analytic gradients by far more than the tolerance (a higher-order
+    stencil on such a copy can pass: INSTRUCTOR.md says so, and prices the derivations for it)."""
+    forward, backward = trusted.PROBES[exercise_id][2][:2]
+    refused = f"RuntimeError: {backward} called {forward}"
     result = _graded_with(tmp_path, exercise_id, old, new)
-    assert result.status == "failed" and f"RuntimeError: {trusted.PROBES[exercise_id][2][1]} called {forward}" in result.line, result.line
-    result = _graded_with(tmp_path, exercise_id, old, new.replace(f"{forward}(", "globals()['_same_forward']("),
-                          append=f"\n_same_forward = {forward}\n")
+    assert result.status == "failed" and refused in result.line, result.line
+    result = _graded_with(tmp_path, exercise_id, old, new.replace(f"{forward}(", "_same("),
+                          append=f"\n_same = {forward}\n")
+    assert result.status == "failed" and refused in result.line, result.line
+    result = _graded_with(tmp_path, exercise_id, old, new.replace(f"{forward}(", "_copy("), append="\n\n" + copy)
     assert result.status == "failed" and "relative error" in "\n".join(result.failures), result.line
     errors = [float(m) for m in re.findall(r"relative error ([0-9.e+-]+) \(tolerance 1e-12\)", "\n".join(result.failures))]
     assert errors and min(errors) > 10 * trusted.ANALYTIC_TOL, result.failures
@@ -455,10 +461,11 @@ def test_edition_holds_the_repository_without_solutions(edition):
                  "numpytransformer/__init__.py", "numpytransformer/datasets/__init__.py",
                  "course/reference.npz",
                  "benchmarks/results/sweep-reverse-seq2seq.json", "lessons/11_ablation.ipynb",
-                 "docs/cli.md", "docs/teaching.md"):
+                 "docs/cli.md", "docs/teaching.md", "benchmarks/RESULTS.md"):
         assert (edition / name).is_file(), name
     assert not (edition / "tests").exists()
     assert not (edition / "lessons" / "INSTRUCTOR.md").exists()        # the answer keys stay with the teacher
+    assert not (edition / "lessons" / "GRADESCOPE.md").exists()        # and how the autograder is set up
     assert not list(edition.rglob("__pycache__"))
     assert library_fences(edition / "numpytransformer") == []
     for path in (ROOT / "lessons").glob("*.ipynb"):  # the lessons stay whole
@@ -521,6 +528,9 @@ def test_build_refuses_to_run_from_a_student_edition(edition, tmp_path):
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and "no fence" in r.stderr
     assert not (tmp_path / "again").exists()
+    r = _run(["-m", "course", "gradescope", str(tmp_path / "week.zip"), "--exercises", "6.1"], edition)
+    assert r.returncode == 2 and not (tmp_path / "week.zip").exists()
+    assert len(r.stderr.strip().splitlines()) == 1 and "this folder is a student edition" in r.stderr, r.stderr
 
 
 def _fence_code(exercise_id: str) -> str:

@@ -22,6 +22,8 @@ from course.__main__ import main
 from course.fences import build_edition, package_dir, release
 from course.hints import FORMULAS, STUDENT_EDITION
 
+WEEK1 = BY_ID["1.1"].points + BY_ID["1.2"].points  # the points of the assignment "1.1,1.2"
+
 ROOT = package_dir().parent
 IDS = [e.id for e in EXERCISES]
 WRONG_DV = ("    dx = dx1 + dxv\n", "    dx = dx1 + dxv\n    dV = 2 * dV\n")  # exercise 6.2 with a factor 2 in dV
@@ -391,7 +393,7 @@ def test_the_gradescope_zip_grades_a_submission_as_gradescope_runs_it(tmp_path, 
     doc = _run_autograder(root)
     scores = _by_exercise(doc)
     assert list(scores) == ["6.1", "6.2"] and doc["max_score"] == BY_ID["6.1"].points + BY_ID["6.2"].points
-    assert scores["6.1"][0] == pytest.approx(8, abs=1e-3)
+    assert scores["6.1"][0] == pytest.approx(BY_ID["6.1"].points, abs=1e-3)
     assert "6.2 swiglu_backward ... FAILED: dx is None" in doc["output"]
     assert 0 < scores["6.2"][0] < 10  # dW2 is right
     assert "rmsnorm.py -> numpytransformer/core/rmsnorm.py" in doc["output"] and "notes.txt" in doc["output"]
@@ -401,7 +403,7 @@ def test_the_gradescope_zip_grades_a_submission_as_gradescope_runs_it(tmp_path, 
     shutil.make_archive(str(root / "submission" / "mywork"), "zip", complete.parent, complete.name)
     doc = _run_autograder(root)
     scores = _by_exercise(doc)
-    assert scores["6.1"][0] == pytest.approx(8, abs=1e-3)
+    assert scores["6.1"][0] == pytest.approx(BY_ID["6.1"].points, abs=1e-3)
     assert scores["6.2"][0] == pytest.approx(BY_ID["6.2"].points * 6 / 8, abs=1e-3)
 
 
@@ -414,7 +416,7 @@ def test_a_weekly_assignment_grades_its_exercises_with_a_recorded_seed(tmp_path,
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "9.9" in err, err
     assert main(["gradescope", str(zip_path), "--exercises", "1"]) == 0
-    assert "It grades 1.1, 1.2 (10 points)" in capsys.readouterr().out
+    assert f"It grades 1.1, 1.2 ({WEEK1} points)" in capsys.readouterr().out
     edition = tmp_path / "edition"
     build_edition(edition)
     _implement(edition, "1.2", "        dx = dout * cache.gate\n")  # wrong by an amount that depends on the case
@@ -427,7 +429,7 @@ def test_a_weekly_assignment_grades_its_exercises_with_a_recorded_seed(tmp_path,
     _, first = grade("a", AUTOGRADER_SEED="11")
     _, again = grade("b", AUTOGRADER_SEED="11")
     _, other = grade("c", AUTOGRADER_SEED="12")
-    assert list(_by_exercise(first)) == ["1.1", "1.2"] and first["max_score"] == 10 and first["score"] == 0
+    assert list(_by_exercise(first)) == ["1.1", "1.2"] and first["max_score"] == WEEK1 and first["score"] == 0
     assert first["extra_data"] == {"seed": 11, "exercises": ["1.1", "1.2"]} and "seed 11" in first["output"]
     assert first["tests"] == again["tests"]
     assert first["visibility"] == "visible"
@@ -550,9 +552,9 @@ def test_the_sandboxed_submission_cannot_read_the_teachers_library(tmp_path, cap
             return root, _run_autograder(root, AUTOGRADER_PYTHON=python, AUTOGRADER_SEED="3", **env_vars)
 
         _, unsandboxed = grade("as-root")  # the test can fail: the cheat works where nothing stops it
-        assert unsandboxed["score"] == pytest.approx(10, abs=0.01), unsandboxed["output"]
+        assert unsandboxed["score"] == pytest.approx(WEEK1, abs=0.01), unsandboxed["output"]
         root, doc = grade("sandboxed", AUTOGRADER_SANDBOX_USER="student")
-        assert doc["max_score"] == 10 and doc["score"] == 0, doc["output"]
+        assert doc["max_score"] == WEEK1 and doc["score"] == 0, doc["output"]
         assert "1.1 gelu_backward ... not yet implemented" in doc["output"]
         assert "1.2 gelu_backward ... not yet implemented" in doc["output"]
         assert stat.S_IMODE((root / "source" / "numpytransformer").stat().st_mode) & 0o077 == 0

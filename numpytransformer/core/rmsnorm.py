@@ -65,7 +65,7 @@ def rmsnorm_backward(dout: np.ndarray, cache: RMSNormCache):
     """
     xhat, rrms, gamma = cache
     D = xhat.shape[-1]
-    ### BEGIN SOLUTION 6.1: dx and dgamma of RMSNorm (LayerNorm's backward without the mean and beta)
+    ### BEGIN SOLUTION 6.1: dx and dgamma of RMSNorm, gamma times x over the root mean square of its row
     dgamma = (dout * xhat).reshape(-1, D).sum(axis=0)  # (D,): a sum over every row
     g = dout * gamma  # (..., D), the gradient with respect to xhat
     dx = rrms * (g - xhat * (g * xhat).mean(axis=-1, keepdims=True))
