@@ -20,7 +20,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-#: --hints: which of the grader's three steps it tells (see exercises/hints.py)
+#: --hints: which of the grader's three steps it tells (see course/hints.py)
 HINTS = {"steps": None, "tensor": 1, "property": 2, "full": 3}
 ATTEMPTS_FILE = ".grader_attempts.json"  # failed checks per exercise, in the folder checked
 FULL_AFTER = 3  # failed attempts after which the formula-level step is told

@@ -489,9 +489,10 @@ the names you must define. {derive}
 
 A backward pass is derived, not measured: hand in its derivation with the code (half a page,
 from the forward's equation through each step of the chain rule to the formula in your code's
-names; your teacher grades it, with points of its own). Finite differences of the forward are
-how the lessons *check* a backward, never one: the checker refuses a backward that calls its
-own forward, and a backward that computes its gradients numerically earns no points.
+names; your teacher grades it, and a backward's points count only with it). Finite differences
+of the forward are how the lessons *check* a backward, never one: the checker refuses a backward
+that calls its own forward, and a backward that computes its gradients numerically is not your
+work under the course's rules, whatever the checker prints.
 {released}
 ## Working on an exercise
 
@@ -510,8 +511,8 @@ file is reloaded when you re-run a cell; if in doubt, restart the kernel.
 
 The checker runs your functions in a separate process, on its own test cases, and compares
 what they return with the reference library's: gradients with its analytic backward (to a
-relative 1e-12, which finite differences do not reach; your backward may not call its own
-forward), forward values, optimiser states, counts and messages. It prints one line per exercise:
+relative 1e-12, below what plain centred differences reach; your backward may not call its
+own forward), forward values, optimiser states, counts and messages. It prints one line per exercise:
 
     6.1 rmsnorm_backward ... passed (largest relative error 3.1e-16, tolerance 1e-12)
     6.1 rmsnorm_backward ... not yet implemented (the raise at numpytransformer/core/rmsnorm.py:NN)

@@ -22,11 +22,13 @@ the student's are compared with.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
 import sys
 import traceback
+import types
 from pathlib import Path
 
 import numpy as np
@@ -67,21 +69,36 @@ def pair_prefix(j: int) -> str:
     return f"f{j}." if j else ""
 
 
-def _forward_refused(forward: str, backward: str):
-    """What stands in for the pair's forward while its backward runs."""
-    def refused(*args, **kwargs):
-        raise RuntimeError(f"{backward} called {forward}: a backward works from its cache and dout; running the "
-                           "forward again (a numerical gradient) is not a backward")
-    return refused
+@contextlib.contextmanager
+def _refused(function, message: str):
+    """``function`` raises ``RuntimeError(message)`` while the block runs, however it is reached: by its
+    name, an alias, an import in another module, a default argument or a closure. Its code object is
+    swapped (a function's ``__code__`` may be replaced by one with as many free variables: none here)."""
+    code = compile(f"def refused(*args, **kwargs):\n    raise RuntimeError({message!r})\n", "<grader>", "exec")
+    stand_in = next(c for c in code.co_consts if isinstance(c, types.CodeType))
+    kept = function.__code__
+    if kept.co_freevars:  # a wrapped or nested function: its code cannot be swapped for one without them
+        raise RuntimeError(f"the grader runs {function.__qualname__} as the library defines it, a plain "
+                           "function; keep it one (no decorator or wrapper)")
+    function.__code__ = stand_in
+    try:
+        yield
+    finally:
+        function.__code__ = kept
+
+
+def _refusal(forward: str, backward: str) -> str:
+    return (f"{backward} called {forward}: a backward works from its cache and dout; running the forward "
+            "again (a numerical gradient) is not a backward")
 
 
 def probe_pair(lib, module: str, names, exercise_id: str) -> dict:
-    """Each case through the pair: the forward, then the backward with the forward refused under every
-    name its module holds it by, so that a backward cannot be finite differences of that forward."""
+    """Each case through the pair: the forward, then the backward with the forward refused (however the
+    backward reaches it), so that a backward cannot be finite differences of that forward."""
     out = {}
     for j in range(len(names) // 2):
         forward, backward = (getattr(lib(module), n) for n in names[2 * j:2 * j + 2])
-        refused = _forward_refused(names[2 * j], names[2 * j + 1])
+        refusal = _refusal(names[2 * j], names[2 * j + 1])
         pre = pair_prefix(j)
         for i, case in enumerate(trusted.pair_cases(exercise_id)):
             y, cache = forward(**_copies(case.inputs), **_copies(case.static))
@@ -89,15 +106,8 @@ def probe_pair(lib, module: str, names, exercise_id: str) -> dict:
             dout = trusted.rng(case.seed).standard_normal(np.shape(y))
             fields = cache._asdict() if hasattr(cache, "_asdict") else {}
             before = {k: v.copy() for k, v in fields.items() if isinstance(v, np.ndarray)}
-            mod = lib(module)
-            aliases = [name for name, value in vars(mod).items() if value is forward]  # the forward, by any name
-            for name in aliases:
-                setattr(mod, name, refused)
-            try:
+            with _refused(forward, refusal):
                 grads = backward(dout.copy(), cache)
-            finally:
-                for name in aliases:
-                    setattr(mod, name, forward)
             grads = grads if isinstance(grads, tuple) else (grads,)
             out[f"{pre}c{i}.count"] = np.array(len(grads))
             for name, g in zip(case.wrt, grads):
@@ -170,7 +180,9 @@ def probe_block(lib, module, names, exercise_id) -> dict:
         if exercise_id == "7.2":
             continue
         block.zero_grad()
-        put(out, f"c{i}.dx", block.backward(trusted.rng(spec["dout_seed"]).standard_normal(np.shape(y))))
+        with _refused(type(block).forward, _refusal("ParallelBlock.forward", "ParallelBlock.backward")):
+            dx = block.backward(trusted.rng(spec["dout_seed"]).standard_normal(np.shape(y)))
+        put(out, f"c{i}.dx", dx)
         for name, g in block.gradients().items():
             put(out, f"c{i}.d{name}", g)
     return out

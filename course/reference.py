@@ -5,10 +5,10 @@ library's own functions on the trusted cases (:func:`probe.collect`): the forwar
 the optimiser states, and the gradients of its own backward passes, the teacher's analytic
 ones, which ``tests/test_gradients.py``, ``tests/test_siblings.py`` and
 ``tests/test_exercises.py`` prove by finite differences (the last on these very cases). A
-student's backward is held to them at ``trusted.ANALYTIC_TOL``, far below what finite
-differences reach, so a numerical gradient is not taken for a backward.
+student's backward is held to them at ``trusted.ANALYTIC_TOL``, below what plain centred
+differences reach (higher-order ones or a complex step can: see ``lessons/INSTRUCTOR.md``).
 A student edition has no solutions to compute them with, so ``build`` stores them,
-computed by the teacher's library, in ``exercises/reference.npz`` (numbers, no code,
+computed by the teacher's library, in ``course/reference.npz`` (numbers, no code,
 read without pickle).
 """
 from __future__ import annotations

@@ -254,15 +254,19 @@ NUMERICAL = [
 
 @pytest.mark.parametrize("exercise_id, old, new, copy", NUMERICAL, ids=[n[0] for n in NUMERICAL])
 def test_a_numerical_gradient_is_not_a_backward(tmp_path, exercise_id, old, new, copy):
-    """A backward that runs its forward, by its name or another, is refused; centred differences of a copy
+    """A backward that runs its forward, however it reaches it, is refused; centred differences of a copy
     of the forward's code miss the analytic gradients by far more than the tolerance (a higher-order
-    stencil on such a copy can pass: INSTRUCTOR.md says so, and prices the derivations for it)."""
+    stencil or a complex step on such a copy can pass: INSTRUCTOR.md says so, and makes the points of
+    a backward count only with its derivation)."""
     forward, backward = trusted.PROBES[exercise_id][2][:2]
     refused = f"RuntimeError: {backward} called {forward}"
     result = _graded_with(tmp_path, exercise_id, old, new)
     assert result.status == "failed" and refused in result.line, result.line
     result = _graded_with(tmp_path, exercise_id, old, new.replace(f"{forward}(", "_same("),
                           append=f"\n_same = {forward}\n")
+    assert result.status == "failed" and refused in result.line, result.line
+    result = _graded_with(tmp_path, exercise_id, old, new.replace(f"{forward}(", "_held[0]("),
+                          append=f"\n_held = ({forward},)\n")  # held where no name points at it
     assert result.status == "failed" and refused in result.line, result.line
     result = _graded_with(tmp_path, exercise_id, old, new.replace(f"{forward}(", "_copy("), append="\n\n" + copy)
     assert result.status == "failed" and "relative error" in "\n".join(result.failures), result.line
