@@ -32,7 +32,7 @@ KINK_TOL, SMOOTH_TOL, ZERO_ATOL = _gradcheck.KINK_TOL, _gradcheck.SMOOTH_TOL, _g
 VALUE_TOL = 1e-12  # forward values computed two ways in float64
 #: A backward's gradients against the teacher's analytic ones (relative). Two correct float64
 #: derivations agree to about 1e-15; plain centred differences of the forward (h = 1e-5) reach
-#: 1e-11 to 3e-10 on these cases and fail. Higher-order differences or a complex step on a copy
+#: about 1e-11 to 3e-10 on these cases and fail. Higher-order differences or a complex step on a copy
 #: of the forward can pass: the grader cannot tell every numerical gradient from a derivation.
 ANALYTIC_TOL = 1e-12
 PAD = 0
