@@ -46,7 +46,7 @@ EXERCISES: List[Exercise] = [
              "sibling of lesson 1 §4", "medium", 25, 5),
     Exercise("2.1", "numpytransformer/core/losses.py", "softmax_cross_entropy_forward, softmax_cross_entropy_backward",
              "PaLM's z-loss: log Z of every row, z_loss times the mean of its square over the counted rows added to "
-             "the loss; its gradient added to d", (), "sibling of lesson 2 §4", "medium", 40, 5),
+             "the loss; its gradient added to d", (), "sibling of lesson 2 §4", "medium", 40, 4),
     Exercise("3.1", "numpytransformer/core/rotary.py", "rotary_forward",
              "rotate each (even, odd) pair of features by the angle of its row's position", (),
              "sibling of lesson 3 §5-6", "medium", 35, 4),

@@ -50,6 +50,7 @@ _LOOSE = re.compile(r"^\s*#+\s*(BEGIN|END)\s+SOLUTION", re.IGNORECASE)
 #: What the repository holds besides the package: copied into the edition when present.
 #: Besides the package and lessons/: what pip needs, and the measured sweeps that lesson 11 reads.
 _EXTRA_FILES = ("README.md", "setup.cfg", "pyproject.toml", "data/README.md", "benchmarks/RESULTS.md",
+                "benchmarks/bench_parallel.py", "benchmarks/lesson_try_it.py",
                 "benchmarks/results/sweep-reverse-seq2seq.json", "benchmarks/results/sweep-reverse-tagger.json")
 # The guide holds the answer keys, and GRADESCOPE.md how the autograder is set up: both stay with the teacher.
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".ipynb_checkpoints", ".pytest_cache",
@@ -558,13 +559,16 @@ is 0 only when every selected exercise passed.
   full repository, builds one week's autograder (the teacher's `lessons/GRADESCOPE.md` says what
   students upload).
 * After a deadline: `python -m course release 4.1,4.2 --into STUDENT_DIR`
-  writes those solutions into a student's folder and changes nothing else of theirs.
+  writes those solutions into a student's folder (beside their own version, in a file of its own,
+  where they wrote one) and changes nothing else of theirs.
 * The checks in this folder (`course/`) are the same code, with the
   reference values stored as numbers (`reference.npz`): use them to check yourself.
 
 ## The exercises
 
-About {total_minutes // 60} hours {total_minutes % 60} minutes of work in all, after reading the lessons.
+About {total_minutes // 60} hours {total_minutes % 60} minutes of code in all, after reading the lessons. Besides the
+code, plan on about 2 hours to read each lesson and rework its derivations, an hour for its
+written questions, and half an hour to write up each backward pass's derivation.
 
 | id | lesson | file | function | what to write | difficulty | time | points | needs | check |
 |----|--------|------|----------|---------------|------------|------|--------|-------|-------|

@@ -216,7 +216,9 @@ def results_document(results, notes: List[str] = (), seed: int = 0, public=()) -
     ``results`` were graded on the cases drawn with ``seed`` (0: the public cases), ``public``, if
     given, on the public cases as well. A public case is "visible" at once; a fresh one is shown
     "after_due_date", so that a student cannot fit their code to it before the deadline. An
-    exercise's points are split evenly among all its entries; ``extra_data`` records the seed.
+    exercise's points are split evenly among the entries of its fresh cases; beside them its public
+    cases weigh nothing (a student edition stores their answers, in ``reference.npz``), and are
+    feedback only. ``extra_data`` records the seed.
     """
     runs = [(0, {r.exercise_id: r for r in public}), (seed, {r.exercise_id: r for r in results})]
     ids = list(dict.fromkeys([*runs[0][1], *runs[1][1]]))
@@ -224,17 +226,19 @@ def results_document(results, notes: List[str] = (), seed: int = 0, public=()) -
     for eid in ids:
         e = BY_ID[eid]
         graded = [(s, _cases(by_id[eid])) for s, by_id in runs if eid in by_id]
-        share = e.points / sum(len(cases) for _, cases in graded)
+        weighed = [(s, cases) for s, cases in graded if s] or graded  # the fresh cases, if any
+        share = e.points / sum(len(cases) for _, cases in weighed)
         k = 0
         for s, cases in graded:
             kind = f"fresh case, seed {s}" if s else "public case"
+            worth = share if any(c is cases for _, c in weighed) else 0.0
             for entry, passed, output in cases:
                 k += 1
                 tests.append({"name": f"{e.id} {e.function}: {entry} ({kind})", "number": f"{e.id}.{k}",
-                              "score": round(share if passed else 0.0, 6), "max_score": round(share, 6),
+                              "score": round(worth if passed else 0.0, 6), "max_score": round(worth, 6),
                               "status": "passed" if passed else "failed", "output": output,
                               "visibility": "after_due_date" if s else "visible"})
-                score += share if passed else 0.0
+                score += worth if passed else 0.0
     summary = [(("[fresh cases] " if s else "[public cases] ") if public else "") + r.line.splitlines()[0]
                for s, by_id in runs for r in by_id.values()]
     return {"score": round(score, 2), "max_score": sum(BY_ID[eid].points for eid in ids), "visibility": "visible",

@@ -23,6 +23,7 @@ the student's are compared with.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import importlib.util
 import json
@@ -72,19 +73,23 @@ def pair_prefix(j: int) -> str:
 @contextlib.contextmanager
 def _refused(function, message: str):
     """``function`` raises ``RuntimeError(message)`` while the block runs, however it is reached: by its
-    name, an alias, an import in another module, a default argument or a closure. Its code object is
-    swapped (a function's ``__code__`` may be replaced by one with as many free variables: none here)."""
+    name, an alias, an import in another module, a default argument or a closure, and so does every other
+    function made from its code object. Their code is swapped (a function's ``__code__`` may be replaced
+    by one with as many free variables: none here). A copy of its source is another function: not caught."""
     code = compile(f"def refused(*args, **kwargs):\n    raise RuntimeError({message!r})\n", "<grader>", "exec")
     stand_in = next(c for c in code.co_consts if isinstance(c, types.CodeType))
     kept = function.__code__
     if kept.co_freevars:  # a wrapped or nested function: its code cannot be swapped for one without them
         raise RuntimeError(f"the grader runs {function.__qualname__} as the library defines it, a plain "
                            "function; keep it one (no decorator or wrapper)")
-    function.__code__ = stand_in
+    sharing = [f for f in gc.get_referrers(kept) if isinstance(f, types.FunctionType) and f.__code__ is kept]
+    for f in sharing:
+        f.__code__ = stand_in
     try:
         yield
     finally:
-        function.__code__ = kept
+        for f in sharing:
+            f.__code__ = kept
 
 
 def _refusal(forward: str, backward: str) -> str:

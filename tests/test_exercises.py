@@ -268,6 +268,9 @@ def test_a_numerical_gradient_is_not_a_backward(tmp_path, exercise_id, old, new,
     result = _graded_with(tmp_path, exercise_id, old, new.replace(f"{forward}(", "_held[0]("),
                           append=f"\n_held = ({forward},)\n")  # held where no name points at it
     assert result.status == "failed" and refused in result.line, result.line
+    result = _graded_with(tmp_path, exercise_id, old, new.replace(f"{forward}(", "_made("),
+                          append=f"\n_made = type({forward})({forward}.__code__, globals())\n")  # its code, anew
+    assert result.status == "failed" and refused in result.line, result.line
     result = _graded_with(tmp_path, exercise_id, old, new.replace(f"{forward}(", "_copy("), append="\n\n" + copy)
     assert result.status == "failed" and "relative error" in "\n".join(result.failures), result.line
     errors = [float(m) for m in re.findall(r"relative error ([0-9.e+-]+) \(tolerance 1e-12\)", "\n".join(result.failures))]

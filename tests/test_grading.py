@@ -437,6 +437,9 @@ def test_a_weekly_assignment_grades_its_exercises_with_a_recorded_seed(tmp_path,
         assert {t["visibility"] for t in doc["tests"] if "(public case)" in t["name"]} == {"visible"}
         fresh = [t for t in doc["tests"] if "(fresh case" in t["name"]]
         assert fresh and {t["visibility"] for t in fresh} == {"after_due_date"}
+        # the public cases' answers ship in the edition: they are feedback, and every point is on fresh cases
+        assert {t["max_score"] for t in doc["tests"] if "(public case)" in t["name"]} == {0}
+        assert sum(t["max_score"] for t in fresh) == pytest.approx(WEEK1, abs=1e-3)
     public = [t for t in first["tests"] if t["visibility"] == "visible"]
     assert public == [t for t in other["tests"] if t["visibility"] == "visible"]
     fresh = {doc["extra_data"]["seed"]: [t["output"] for t in doc["tests"] if t["number"].startswith("1.2.")

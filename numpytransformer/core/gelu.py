@@ -21,7 +21,7 @@ TANH_C = math.sqrt(2.0 / math.pi)
 TANH_K = 0.044715
 
 # math.erf is correctly rounded to within an ulp; applied element by element it is slow but
-# exact, which is what a reference needs (core/fast.py has the vectorised form).
+# exact, which is what a reference needs.
 _erf_of_each = np.frompyfunc(math.erf, 1, 1)
 
 

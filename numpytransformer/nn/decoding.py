@@ -45,7 +45,7 @@ def _forbid(logits: np.ndarray, *ids: int) -> np.ndarray:
 
 
 def _block_repeats(logits: np.ndarray, seqs: np.ndarray, n: int) -> np.ndarray:
-    """Ban the tokens that would repeat an n-gram: sibling of lesson 9 §1's greedy loop, whose
+    """Ban the tokens that would repeat an n-gram: sibling of lesson 9 §2's greedy loop, whose
     ``_forbid`` bans tokens everywhere, where this bans them per hypothesis.
 
     For a hypothesis :math:`y_1..y_t`, token v is banned when
