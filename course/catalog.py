@@ -70,7 +70,7 @@ EXERCISES: List[Exercise] = [
              "sibling of lesson 6 §2", "medium", 40, 4),
     Exercise("6.2", "numpytransformer/core/swiglu.py", "swiglu_backward",
              "dx, dW1, dV and dW2, back through W2, the gate product, silu and the two projections", (),
-             "sibling of lesson 6 §3", "hard", 50, 12),
+             "sibling of lesson 6 §3", "hard", 50, 8),
     Exercise("7.1", "numpytransformer/nn/blocks.py", "ParallelBlock.backward",
              "dx, with the gradients of the sublayers' and the norm's parameters accumulated",
              ("7.2",), "sibling of lesson 7 §1", "medium", 35, 4),
@@ -91,7 +91,7 @@ EXERCISES: List[Exercise] = [
              "sibling of lesson 9 §2", "easy", 15, 2),
     Exercise("9.1", "numpytransformer/nn/decoding.py", "_block_repeats",
              "for each hypothesis, every token that followed an earlier occurrence of its last n - 1 tokens, banned",
-             (), "sibling of lesson 9 §2", "medium", 40, 8),
+             (), "sibling of lesson 9 §2", "medium", 40, 4),
     Exercise("10.1", "numpytransformer/text/chrf.py", "chrf_statistics",
              "per order n, the counts of the hypothesis's and the reference's character n-grams and of the matched "
              "ones", (), "sibling of lesson 10 §4", "medium", 30, 3),
@@ -110,10 +110,10 @@ EXERCISES: List[Exercise] = [
              "sibling of lesson 12 §7", "easy", 20, 3),
     Exercise("13.1", "numpytransformer/training/collectives.py", "halving_reduce_scatter",
              "log2 N steps; at each every rank sends its partner the half of its block that holds the partner, and "
-             "adds the half it receives into its own", (), "sibling of lesson 13 §3", "hard", 50, 12),
+             "adds the half it receives into its own", (), "sibling of lesson 13 §3", "hard", 50, 8),
     Exercise("13.2", "numpytransformer/training/collectives.py", "doubling_all_gather",
              "log2 N steps; at each every rank sends its partner every finished chunk it holds, and keeps the "
-             "partner's in their place", (), "sibling of lesson 13 §3", "medium", 30, 6),
+             "partner's in their place", (), "sibling of lesson 13 §3", "medium", 30, 3),
 ]
 # Kept in lesson order.
 EXERCISES.sort(key=lambda e: tuple(map(int, e.id.split("."))))

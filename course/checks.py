@@ -547,11 +547,13 @@ def grading_order(exercise_ids) -> List[str]:
     return order
 
 
-def reference_swaps(exercise_id: str) -> List[dict]:
+def reference_swaps(exercise_id: str, graded_with=()) -> List[dict]:
     """The reference code of every function ``exercise_id`` depends on, for :func:`probe.swap_in`.
 
     Cut from this grader's own library; a student edition's grader has no reference code,
-    so there each check runs the student's own code for what it depends on.
+    so there each check runs the student's own code for what it depends on. So does an exercise
+    in ``graded_with`` (the other exercises of the same assignment): its reference code must not
+    reach the process of a student who is being graded on it.
     """
     from .fences import function_source, package_dir
 
@@ -561,6 +563,8 @@ def reference_swaps(exercise_id: str) -> List[dict]:
     own = {(BY_ID[exercise_id].file, q) for q in BY_ID[exercise_id].function.split(", ")}
     swaps = []
     for dep in depends_on(exercise_id):
+        if dep in graded_with:
+            continue
         e = BY_ID[dep]
         text = (root / e.file).read_text(encoding="utf-8")
         module = ".".join(Path(e.file).with_suffix("").parts[1:])
@@ -635,14 +639,15 @@ def _scored(g: Grader, entries: List[str]) -> tuple:
 
 
 def run_check(exercise_id: str, student_root=None, timeout: float = DEFAULT_TIMEOUT, salt: int = 0,
-              level: int = 3, sandbox: Optional[Sandbox] = None) -> Result:
+              level: int = 3, sandbox: Optional[Sandbox] = None, graded_with=()) -> Result:
     """Grade one exercise of the ``numpytransformer`` package in ``student_root`` (default: this one's).
 
     ``salt`` 0 uses the public cases; any other draws fresh ones (only a full library, which
     computes its reference values live, can grade those). What the exercise depends on runs
     as this library's reference code (:func:`reference_swaps`), so it is graded on its own.
     ``level`` is the hint step told (1, 2 or 3; see :mod:`.hints`). With ``sandbox`` the
-    student's process runs as that user, who must be able to read ``student_root``.
+    student's process runs as that user, who must be able to read ``student_root``. The
+    exercises in ``graded_with`` run as the student's own code (:func:`reference_swaps`).
     """
     from .fences import package_dir
 
@@ -650,7 +655,7 @@ def run_check(exercise_id: str, student_root=None, timeout: float = DEFAULT_TIME
     if salt and reference.REFERENCE_FILE.is_file():
         raise ValueError("a student edition's grader holds reference values for the public cases only (salt 0)")
     root = Path(student_root).resolve() if student_root is not None else package_dir().parent
-    swaps = reference_swaps(exercise_id)
+    swaps = reference_swaps(exercise_id, graded_with)
     with tempfile.TemporaryDirectory(prefix="nt-grade-") as tmp:
         if not reference.REFERENCE_FILE.is_file():  # the teacher's grader: a file that does not compile
             # costs only the exercises in it

@@ -491,9 +491,9 @@ the names you must define. {derive}
 A backward pass is derived, not measured: hand in its derivation with the code (half a page,
 from the forward's equation through each step of the chain rule to the formula in your code's
 names; your teacher grades it, and a backward's points count only with it). Finite differences
-of the forward are how the lessons *check* a backward, never one: the checker refuses a backward
-that calls its own forward, and a backward that computes its gradients numerically is not your
-work under the course's rules, whatever the checker prints.
+of the forward are how the lessons *check* a backward, never one: the checker refuses the plain
+ways a backward can call its own forward (not every way), and a backward that computes its
+gradients numerically is not your work under the course's rules, whatever the checker prints.
 {released}
 ## Working on an exercise
 

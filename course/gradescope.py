@@ -313,8 +313,8 @@ def autograde(root: Optional[str] = None, level: int = 2, exercises: Optional[Li
                 folder = _sandboxed_copy(folder, Path(home), box)
             public, fresh = {}, {}
             for eid in grading_order(chosen):
-                public[eid] = run_check(eid, folder, DEFAULT_TIMEOUT, 0, level, box)
-                fresh[eid] = run_check(eid, folder, DEFAULT_TIMEOUT, seed, level, box)
+                public[eid] = run_check(eid, folder, DEFAULT_TIMEOUT, 0, level, box, graded_with=chosen)
+                fresh[eid] = run_check(eid, folder, DEFAULT_TIMEOUT, seed, level, box, graded_with=chosen)
                 print(fresh[eid].line, flush=True)
         notes.append(f"Fresh cases drawn with seed {seed} ({origin}); the public cases are shown now, the "
                      "fresh ones after the due date.")

@@ -122,7 +122,7 @@ def test_without_the_reference_code_swapped_in_the_bug_would_cost_more(tmp_path,
     _replace(folder / BY_ID["3.2"].file, "dx_odd = -d_even * sin + d_odd * cos", "dx_odd = d_even * sin + d_odd * cos")
     assert "3.2" in checks.depends_on("5.2")
     assert checks.run_check("5.2", folder, salt=3).status == "passed"
-    monkeypatch.setattr(checks, "reference_swaps", lambda exercise_id: [])
+    monkeypatch.setattr(checks, "reference_swaps", lambda exercise_id, graded_with=(): [])
     result = checks.run_check("5.2", folder, salt=3)
     assert result.status == "failed" and "positions rotary" in result.detail, result.line
     assert 0 < result.score < BY_ID["5.2"].points  # partial: the cases without rotary positions are still right
@@ -652,3 +652,13 @@ def test_gradescope_into_a_folder_that_cannot_be_written_is_one_line(capsys):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and out in err and "cannot be written" in err, err
 
+
+
+def test_an_assignment_keeps_the_reference_of_its_own_exercises_out_of_the_students_process(tmp_path):
+    """Graded alone, 3.2 runs the reference 3.1; graded in an assignment that also grades 3.1, it runs the
+    student's own 3.1, so that no reference code of the assignment's exercises reaches the student's process."""
+    folder = tmp_path / "student"
+    build_edition(folder, solved=["3.2"])
+    assert checks.run_check("3.2", folder, salt=5).status == "passed"
+    result = checks.run_check("3.2", folder, salt=5, graded_with=["3.1", "3.2"])
+    assert result.status == "not implemented" and "3.1" in result.line, result.line
