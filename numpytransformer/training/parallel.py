@@ -25,6 +25,7 @@ import contextlib
 import functools
 import os
 import sys
+import time
 import traceback
 from typing import Dict, Optional
 
@@ -243,6 +244,9 @@ def stop_run(message: str, code: int, alone: Optional[bool] = None) -> int:
         comm = SingleProcess()
     if comm.in_training if alone is None else alone:
         print(message, file=sys.stderr, flush=True)
+        # The line is in the pipe to mpiexec's forwarder, which the abort tears down: give it a
+        # moment to read it first, or the run can end without saying why.
+        time.sleep(0.5)
         comm.abort(code)
     elif comm.is_writer:
         print(message, file=sys.stderr, flush=True)
