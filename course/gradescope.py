@@ -226,12 +226,12 @@ def results_document(results, notes: List[str] = (), seed: int = 0, public=()) -
     for eid in ids:
         e = BY_ID[eid]
         graded = [(s, _cases(by_id[eid])) for s, by_id in runs if eid in by_id]
-        weighed = [(s, cases) for s, cases in graded if s] or graded  # the fresh cases, if any
-        share = e.points / sum(len(cases) for _, cases in weighed)
+        has_fresh = any(s for s, _ in graded)  # then the public cases weigh nothing
+        share = e.points / sum(len(cases) for s, cases in graded if s or not has_fresh)
         k = 0
         for s, cases in graded:
             kind = f"fresh case, seed {s}" if s else "public case"
-            worth = share if any(c is cases for _, c in weighed) else 0.0
+            worth = share if s or not has_fresh else 0.0
             for entry, passed, output in cases:
                 k += 1
                 tests.append({"name": f"{e.id} {e.function}: {entry} ({kind})", "number": f"{e.id}.{k}",
